@@ -1,0 +1,57 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both create/refresh .venv first.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+MACCO := $(VENV)/bin/macco
+DEPS_STAMP := $(VENV)/.deps-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export DO_NOT_TRACK := 1
+export PREFECT_HOME ?= $(CURDIR)/.prefect
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: demo demo-full test test-fast bench install server worker deploy clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch first: the pinned CUDA wheels lie on this machine's disk (see README "Installation").
+$(VENV)/.torch: | $(PY)
+	$(PIP) install -q torch==2.14.1 torchvision==0.29.1
+	touch $@
+
+$(DEPS_STAMP): pyproject.toml $(VENV)/.torch
+	$(PIP) install -q -e '.[dev,sng,dask]'
+	rm -f $(VENV)/.deps-*
+	touch $@
+
+install: $(DEPS_STAMP)
+
+demo: $(DEPS_STAMP)
+	$(MACCO) run --config configs/demo.yaml
+
+demo-full: $(DEPS_STAMP)
+	$(MACCO) run --config configs/demo-full.yaml
+
+test: $(DEPS_STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(DEPS_STAMP)
+	$(PY) -m pytest -q -m "not e2e"
+
+bench: $(DEPS_STAMP)
+	$(PY) bench/run_all.py
+
+server: $(DEPS_STAMP)
+	$(VENV)/bin/prefect server start --host 127.0.0.1 --port 4200 --analytics-off
+
+worker: $(DEPS_STAMP)
+	PREFECT_API_URL=http://127.0.0.1:4200/api $(VENV)/bin/prefect worker start --pool macco-local
+
+clean:
+	rm -rf artifacts .prefect

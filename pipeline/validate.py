@@ -1,0 +1,58 @@
+"""The validation gate: DuckDB checks over the mask tables; raises when any check fails."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from data_schemas import TABLES
+from data_schemas._io import MANIFEST, TableError
+from data_schemas.checks import CheckResult, run_checks
+
+
+class ValidationFailed(RuntimeError):
+    def __init__(self, results: list[CheckResult]):
+        self.results = results
+        failed = [r for r in results if r.status == "fail"]
+        lines = [f"{r.check}: {r.bad_rows} bad row(s), e.g. {'; '.join(r.examples)}" for r in failed]
+        super().__init__(f"{len(failed)} check(s) failed:\n  " + "\n  ".join(lines))
+
+
+def discover_tables(path: str | Path) -> dict[str, Path]:
+    """Complete tables under ``path`` ({name: dir}); for a table found more than once, the newest."""
+    path = Path(path)
+    if (path / MANIFEST).exists():
+        manifest = json.loads((path / MANIFEST).read_text())
+        return {manifest["table"]: path}
+    found: dict[str, tuple[str, Path]] = {}
+    for m in sorted(path.rglob(MANIFEST)):
+        if any(part.startswith(".") or part.endswith(".partial") for part in m.relative_to(path).parts[:-1]):
+            continue
+        try:
+            manifest = json.loads(m.read_text())
+        except json.JSONDecodeError as exc:
+            raise TableError(f"{m}: not valid JSON ({exc})") from exc
+        name = manifest.get("table")
+        if name not in TABLES:
+            continue
+        stamp = f"{manifest.get('created', '')}|{m.stat().st_mtime_ns:020d}"
+        if name not in found or stamp > found[name][0]:
+            found[name] = (stamp, m.parent)
+    return {k: v[1] for k, v in found.items()}
+
+
+def validate(tables: dict[str, Path], params: dict | None = None, *, strict: bool = True) -> list[CheckResult]:
+    if not tables:
+        raise TableError("no complete tables found to validate")
+    results = run_checks(tables, params)
+    if strict and any(r.status == "fail" for r in results):
+        raise ValidationFailed(results)
+    return results
+
+
+def format_results(results: list[CheckResult]) -> str:
+    w = max([len(r.check) for r in results] + [5])
+    lines = [f"{'check':<{w}}  {'table':<13} {'bad':>7}  status  examples"]
+    for r in results:
+        ex = "; ".join(r.examples) if r.examples else r.detail
+        lines.append(f"{r.check:<{w}}  {r.table:<13} {r.bad_rows:>7}  {r.status:<6}  {ex}")
+    return "\n".join(lines)

@@ -1,0 +1,318 @@
+"""The synthetic compositional world: rendered scenes of 2-3 shapes in spatial relations.
+
+Every image holds 2-3 shapes (kind x colour x size). Captions name one related pair each, so attribute-object
+binding and relation direction decide whether a caption is true. With 6 kinds x 8 colours x 2 sizes (96 object
+types) two images in a batch almost never share a bag of words, so plain contrastive training can win batches
+without binding or order - the failure the compositionality benchmarks probe with swapped negatives.
+
+Output is written exactly as COCO 2014 (``annotations/captions_<split>2014.json``,
+``annotations/instances_<split>2014.json``, ``<split>2014/COCO_<split>2014_<id:012d>.jpg``), plus a
+Karpathy-style ``dataset_coco.json`` and ``scenes_<split>.json`` with the full scene truth. Deterministic by
+seed: the same seed and arguments give byte-identical files.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import random
+import textwrap
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from PIL import Image, ImageDraw
+
+KINDS = ("circle", "square", "triangle", "diamond", "cross", "hexagon")
+COLOURS = {
+    "red": (220, 30, 30), "green": (30, 170, 40), "blue": (30, 60, 220), "yellow": (240, 220, 30),
+    "purple": (140, 40, 180), "orange": (250, 140, 20), "white": (250, 250, 250), "black": (15, 15, 15),
+}
+SIZES = {"small": 0.17, "large": 0.32}  # shape side as a fraction of the image side
+BACKGROUND = (128, 128, 128)
+RELATIONS = ("left of", "right of", "above", "below", "inside")
+INVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
+# surface forms per relation (all parse to a relation whose words the text mask covers)
+RELATION_WORDS = {
+    "left of": ("to the left of", "left of", "on the left of"),
+    "right of": ("to the right of", "right of", "on the right of"),
+    "above": ("above", "over"),
+    "below": ("below", "under", "beneath"),
+    "inside": ("inside", "in"),
+}
+SIZE_WORDS = {"small": ("small", "little"), "large": ("large", "big")}
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class Shape:
+    kind: str
+    colour: str
+    size: str
+    box: tuple[float, float, float, float]  # x1, y1, x2, y2 in pixels (x2/y2 exclusive)
+
+    @property
+    def centre(self) -> tuple[float, float]:
+        return (self.box[0] + self.box[2]) / 2, (self.box[1] + self.box[3]) / 2
+
+
+@dataclass(frozen=True)
+class Relation:
+    subject: int
+    relation: str
+    object: int
+
+
+@dataclass
+class Scene:
+    image_id: int
+    shapes: list[Shape]
+    relations: list[Relation]
+
+
+def relation_between(a: Shape, b: Shape) -> str | None:
+    """The relation of ``a`` to ``b`` if it is unambiguous, else None."""
+    ax1, ay1, ax2, ay2 = a.box
+    bx1, by1, bx2, by2 = b.box
+    if ax1 >= bx1 and ay1 >= by1 and ax2 <= bx2 and ay2 <= by2 and a.size == "small" and b.size == "large":
+        return "inside"
+    if not (ax2 <= bx1 or bx2 <= ax1 or ay2 <= by1 or by2 <= ay1):
+        return None  # overlapping but not inside: no clean relation
+    (acx, acy), (bcx, bcy) = a.centre, b.centre
+    dx, dy = bcx - acx, bcy - acy
+    if abs(dx) >= 1.5 * abs(dy) and (ax2 <= bx1 or bx2 <= ax1):
+        return "left of" if dx > 0 else "right of"
+    if abs(dy) >= 1.5 * abs(dx) and (ay2 <= by1 or by2 <= ay1):
+        return "above" if dy > 0 else "below"
+    return None
+
+
+def _sample_shape(rng: random.Random, size_px: int, kind=None, colour=None, size=None, centre=None) -> Shape:
+    kind = kind or rng.choice(KINDS)
+    colour = colour or rng.choice(list(COLOURS))
+    size = size or rng.choice(list(SIZES))
+    side = SIZES[size] * size_px
+    if centre is None:
+        cx = rng.uniform(side / 2 + 1, size_px - side / 2 - 1)
+        cy = rng.uniform(side / 2 + 1, size_px - side / 2 - 1)
+    else:
+        cx, cy = centre
+    box = (round(cx - side / 2, 1), round(cy - side / 2, 1), round(cx + side / 2, 1), round(cy + side / 2, 1))
+    return Shape(kind, colour, size, box)
+
+
+def sample_scene(rng: random.Random, image_id: int, size_px: int) -> Scene:
+    """Sample 2-3 shapes whose pairs are either cleanly related or far apart; at least one relation."""
+    while True:
+        n = rng.choice((2, 2, 3))
+        shapes: list[Shape] = []
+        if rng.random() < 0.2:  # an "inside" pair: a small shape on a large one
+            big = _sample_shape(rng, size_px, size="large")
+            inner_colour = rng.choice([c for c in COLOURS if c != big.colour])
+            small = _sample_shape(rng, size_px, colour=inner_colour, size="small", centre=big.centre)
+            shapes = [small, big]
+        tries = 0
+        while len(shapes) < n and tries < 50:
+            tries += 1
+            cand = _sample_shape(rng, size_px)
+            if all(relation_between(cand, s) not in (None, "inside") and relation_between(s, cand) != "inside"
+                   for s in shapes):
+                shapes.append(cand)
+        if len(shapes) < 2:
+            continue
+        rels = []
+        for i, a in enumerate(shapes):
+            for j, b in enumerate(shapes):
+                if i != j:
+                    r = relation_between(a, b)
+                    if r is not None:
+                        rels.append(Relation(i, r, j))
+        # identical (kind, colour, size) twice would make captions ambiguous
+        if rels and len({(s.kind, s.colour, s.size) for s in shapes}) == len(shapes):
+            return Scene(image_id, shapes, rels)
+
+
+def noun_phrase(s: Shape, rng: random.Random, with_size: bool | None = None, article: str = "a") -> str:
+    with_size = rng.random() < 0.4 if with_size is None else with_size
+    words = ([rng.choice(SIZE_WORDS[s.size])] if with_size else []) + [s.colour, s.kind]
+    if article == "a" and words[0][0] in "aeiou":
+        article = "an"
+    return " ".join([article] + words)
+
+
+def caption_for(scene: Scene, rel: Relation, rng: random.Random) -> str:
+    subj, obj = scene.shapes[rel.subject], scene.shapes[rel.object]
+    words = rng.choice(RELATION_WORDS[rel.relation])
+    s, o = noun_phrase(subj, rng), noun_phrase(obj, rng)
+    others = [k for k in range(len(scene.shapes)) if k not in (rel.subject, rel.object)]
+    tail = ""
+    if others and rng.random() < 0.3:
+        tail = " and " + noun_phrase(scene.shapes[others[0]], rng)
+    template = rng.randrange(6)
+    if template == 0:
+        text = f"{s} {words} {o}{tail}"
+    elif template == 1:
+        text = f"{s} is {words} {o}{tail}."
+    elif template == 2:
+        text = f"there is {s} {words} {o}{tail}"
+    elif template == 3:
+        text = f"{s} sitting {words} {o}{tail}."
+    elif template == 4:
+        text = f"a picture of {s} {words} {o}{tail}"
+    else:
+        text = f"{s} placed {words} {o}{tail}"
+    return text[0].upper() + text[1:] if rng.random() < 0.5 else text
+
+
+def captions_for(scene: Scene, rng: random.Random, n: int = 5) -> list[str]:
+    return [caption_for(scene, rng.choice(scene.relations), rng) for _ in range(n)]
+
+
+def _polygon(kind: str, box: tuple[float, float, float, float]) -> list[tuple[float, float]]:
+    x1, y1, x2, y2 = box
+    cx, cy, w, h = (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1
+    if kind == "square":
+        return [(x1, y1), (x2, y1), (x2, y2), (x1, y2)]
+    if kind == "triangle":
+        return [(cx, y1), (x2, y2), (x1, y2)]
+    if kind == "diamond":
+        return [(cx, y1), (x2, cy), (cx, y2), (x1, cy)]
+    if kind == "hexagon":
+        return [(cx + w / 2 * math.cos(a), cy + h / 2 * math.sin(a)) for a in
+                (math.pi / 3 * k for k in range(6))]
+    if kind == "cross":
+        t = w / 6
+        return [(cx - t, y1), (cx + t, y1), (cx + t, cy - t), (x2, cy - t), (x2, cy + t), (cx + t, cy + t),
+                (cx + t, y2), (cx - t, y2), (cx - t, cy + t), (x1, cy + t), (x1, cy - t), (cx - t, cy - t)]
+    if kind == "circle":
+        return [(cx + w / 2 * math.cos(a), cy + h / 2 * math.sin(a)) for a in
+                (2 * math.pi * k / 48 for k in range(48))]
+    raise ValueError(f"unknown shape kind {kind!r}")
+
+
+def render(scene: Scene, size_px: int, supersample: int = 4) -> Image.Image:
+    big = Image.new("RGB", (size_px * supersample, size_px * supersample), BACKGROUND)
+    draw = ImageDraw.Draw(big)
+    order = sorted(range(len(scene.shapes)), key=lambda k: scene.shapes[k].size != "large")  # large first
+    for k in order:
+        s = scene.shapes[k]
+        pts = [(x * supersample, y * supersample) for x, y in _polygon(s.kind, s.box)]
+        draw.polygon(pts, fill=COLOURS[s.colour])
+    return big.resize((size_px, size_px), Image.Resampling.LANCZOS)
+
+
+def file_name(split: str, image_id: int) -> str:
+    return f"COCO_{split}2014_{image_id:012d}.jpg"
+
+
+def _write_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=1, sort_keys=False))
+
+
+@dataclass
+class WorldConfig:
+    seed: int = 0
+    images: int = 300  # train images; val/test get ``eval_fraction`` of this each
+    size: int = 64
+    eval_fraction: float = 0.2
+    captions_per_image: int = 5
+
+
+def split_counts(cfg: WorldConfig) -> dict[str, int]:
+    n_eval = max(1, round(cfg.images * cfg.eval_fraction))
+    return {"train": cfg.images, "val": n_eval, "test": n_eval}
+
+
+def generate_world(out: str | Path, cfg: WorldConfig) -> dict:
+    """Write the world under ``out``; returns a summary (images and captions per split, files)."""
+    out = Path(out)
+    rng = random.Random(cfg.seed)
+    categories = [{"id": i + 1, "name": k, "supercategory": "shape"} for i, k in enumerate(KINDS)]
+    cat_id = {k: i + 1 for i, k in enumerate(KINDS)}
+    licenses = [{"id": 1, "name": "CC BY 4.0 (synthetic)", "url": "https://creativecommons.org/licenses/by/4.0/"}]
+    karpathy = {"dataset": "coco", "images": []}
+    summary = {"splits": {}, "root": str(out), "seed": cfg.seed, "size": cfg.size}
+    image_id, caption_id, ann_id, sent_id = 1, 1, 1, 0
+    for split, n in split_counts(cfg).items():
+        images, caps, anns, scenes = [], [], [], []
+        img_dir = out / f"{split}2014"
+        img_dir.mkdir(parents=True, exist_ok=True)
+        for _ in range(n):
+            scene = sample_scene(rng, image_id, cfg.size)
+            fname = file_name(split, image_id)
+            buf = io.BytesIO()
+            render(scene, cfg.size).save(buf, format="JPEG", quality=95)
+            (img_dir / fname).write_bytes(buf.getvalue())
+            images.append({"license": 1, "file_name": fname, "coco_url": "", "height": cfg.size,
+                           "width": cfg.size, "date_captured": "2026-01-01 00:00:00", "flickr_url": "",
+                           "id": image_id})
+            sentences = []
+            for text in captions_for(scene, rng, cfg.captions_per_image):
+                caps.append({"image_id": image_id, "id": caption_id, "caption": text})
+                toks = [t for t in text.lower().replace(".", " ").split() if t]
+                sentences.append({"tokens": toks, "raw": text, "imgid": len(karpathy["images"]),
+                                  "sentid": sent_id})
+                caption_id += 1
+                sent_id += 1
+            for s in scene.shapes:
+                x1, y1, x2, y2 = s.box
+                poly = [round(v, 2) for xy in _polygon(s.kind, s.box) for v in xy]
+                anns.append({"segmentation": [poly], "area": round((x2 - x1) * (y2 - y1), 2), "iscrowd": 0,
+                             "image_id": image_id, "bbox": [x1, y1, round(x2 - x1, 1), round(y2 - y1, 1)],
+                             "category_id": cat_id[s.kind], "id": ann_id,
+                             "attributes": {"colour": s.colour, "size": s.size}})
+                ann_id += 1
+            karpathy["images"].append({
+                "filepath": f"{split}2014", "sentids": [x["sentid"] for x in sentences], "filename": fname,
+                "imgid": len(karpathy["images"]), "split": split, "sentences": sentences, "cocoid": image_id})
+            scenes.append({"image_id": image_id, "file_name": fname,
+                           "shapes": [asdict(s) for s in scene.shapes],
+                           "relations": [asdict(r) for r in scene.relations]})
+            image_id += 1
+        info = {"description": f"macco synthetic world ({split})", "url": "", "version": "1.0", "year": 2026,
+                "contributor": "macco", "date_created": "2026-01-01"}
+        _write_json(out / "annotations" / f"captions_{split}2014.json",
+                    {"info": info, "images": images, "licenses": licenses, "annotations": caps})
+        _write_json(out / "annotations" / f"instances_{split}2014.json",
+                    {"info": info, "images": images, "licenses": licenses, "annotations": anns,
+                     "categories": categories})
+        _write_json(out / f"scenes_{split}.json", scenes)
+        summary["splits"][split] = {"images": len(images), "captions": len(caps), "boxes": len(anns)}
+    _write_json(out / "dataset_coco.json", karpathy)
+    _write_json(out / "world.json", {"config": asdict(cfg), "kinds": list(KINDS), "colours": list(COLOURS),
+                                     "sizes": list(SIZES), "relations": list(RELATIONS)})
+    return summary
+
+
+def load_scenes(root: str | Path, split: str) -> list[Scene]:
+    data = json.loads((Path(root) / f"scenes_{split}.json").read_text())
+    return [Scene(d["image_id"], [Shape(s["kind"], s["colour"], s["size"], tuple(s["box"])) for s in d["shapes"]],
+                  [Relation(**r) for r in d["relations"]]) for d in data]
+
+
+def preview(root: str | Path, out_png: str | Path, split: str = "train", n: int = 8, scale: int = 3) -> Path:
+    """A grid of sample images with their first two captions, for the README."""
+    root = Path(root)
+    caps = json.loads((root / "annotations" / f"captions_{split}2014.json").read_text())
+    by_image: dict[int, list[str]] = {}
+    for a in caps["annotations"]:
+        by_image.setdefault(a["image_id"], []).append(a["caption"])
+    imgs = caps["images"][:n]
+    cell_w, text_h = 64 * scale + 240, 64 * scale
+    cols = 2
+    rows = math.ceil(len(imgs) / cols)
+    canvas = Image.new("RGB", (cols * cell_w, rows * text_h), (255, 255, 255))
+    draw = ImageDraw.Draw(canvas)
+    for k, im in enumerate(imgs):
+        r, c = divmod(k, cols)
+        pic = Image.open(root / f"{split}2014" / im["file_name"]).convert("RGB")
+        pic = pic.resize((64 * scale, 64 * scale), Image.Resampling.NEAREST)
+        canvas.paste(pic, (c * cell_w, r * text_h))
+        lines = by_image.get(im["id"], [])[:3]
+        for li, line in enumerate(lines):
+            for wi, w in enumerate(textwrap.wrap(line, 36)[:2]):
+                draw.text((c * cell_w + 64 * scale + 6, r * text_h + 8 + li * 40 + wi * 12), w, fill=(0, 0, 0))
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    canvas.save(out_png)
+    return out_png

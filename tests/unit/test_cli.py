@@ -1,0 +1,37 @@
+import subprocess
+import sys
+
+import pytest
+
+from macco.cli import build_parser, main
+
+VERBS = ["world", "parse", "ground", "masks", "validate", "train", "eval", "run", "inspect", "show-masks"]
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_verb_has_help(verb, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([verb, "--help"])
+    assert e.value.code == 0
+    assert "usage: macco " + verb in capsys.readouterr().out
+
+
+def test_parser_lists_every_verb():
+    sub = next(a for a in build_parser()._actions if a.dest == "verb")
+    assert set(VERBS) <= set(sub.choices)
+
+
+def test_world_validate_inspect_roundtrip(tmp_path, capsys):
+    assert main(["world", "--out", str(tmp_path / "w"), "--images", "6", "--seed", "1"]) == 0
+    assert (tmp_path / "w" / "annotations" / "captions_train2014.json").exists()
+    assert main(["world", "--root", str(tmp_path / "w"), "--preview", str(tmp_path / "p.png")]) == 0
+    assert (tmp_path / "p.png").exists()
+
+
+def test_console_script_and_model_imports_light():
+    """The model package imports without spacy, prefect or duckdb."""
+    code = ("import sys\n"
+            "import model\n"
+            "bad = [m for m in ('spacy', 'prefect', 'duckdb') if m in sys.modules]\n"
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
