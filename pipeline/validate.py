@@ -17,13 +17,17 @@ class ValidationFailed(RuntimeError):
         super().__init__(f"{len(failed)} check(s) failed:\n  " + "\n  ".join(lines))
 
 
-def discover_tables(path: str | Path) -> dict[str, Path]:
-    """Complete tables under ``path`` ({name: dir}); for a table found more than once, the newest."""
+def discover_tables(path: str | Path) -> dict[str, Path | list[Path]]:
+    """Complete tables under ``path`` ({name: dir}); for a table found more than once, the newest.
+
+    ``errors`` tables are written by several stages: the newest of each top-level folder are all kept.
+    """
     path = Path(path)
     if (path / MANIFEST).exists():
         manifest = json.loads((path / MANIFEST).read_text())
         return {manifest["table"]: path}
     found: dict[str, tuple[str, Path]] = {}
+    errors: dict[str, tuple[str, Path]] = {}
     for m in sorted(path.rglob(MANIFEST)):
         if any(part.startswith(".") or part.endswith(".partial") for part in m.relative_to(path).parts[:-1]):
             continue
@@ -35,12 +39,19 @@ def discover_tables(path: str | Path) -> dict[str, Path]:
         if name not in TABLES:
             continue
         stamp = f"{manifest.get('created', '')}|{m.stat().st_mtime_ns:020d}"
-        if name not in found or stamp > found[name][0]:
+        if name == "errors":
+            group = m.relative_to(path).parts[0] if len(m.relative_to(path).parts) > 2 else ""
+            if group not in errors or stamp > errors[group][0]:
+                errors[group] = (stamp, m.parent)
+        elif name not in found or stamp > found[name][0]:
             found[name] = (stamp, m.parent)
-    return {k: v[1] for k, v in found.items()}
+    out: dict[str, Path | list[Path]] = {k: v[1] for k, v in found.items()}
+    if errors:
+        out["errors"] = [v[1] for _, v in sorted(errors.items())]
+    return out
 
 
-def validate(tables: dict[str, Path], params: dict | None = None, *, strict: bool = True) -> list[CheckResult]:
+def validate(tables: dict[str, Path | list[Path]], params: dict | None = None, *, strict: bool = True) -> list[CheckResult]:
     if not tables:
         raise TableError("no complete tables found to validate")
     results = run_checks(tables, params)

@@ -33,8 +33,10 @@ RELATIONS = ("left of", "right of", "above", "below", "inside")
 INVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
 # surface forms per relation (all parse to a relation whose words the text mask covers)
 RELATION_WORDS = {
-    "left of": ("to the left of", "left of", "on the left of"),
-    "right of": ("to the right of", "right of", "on the right of"),
+    # bare "right of" is misparsed by spaCy's small English model ("right" becomes the root noun), so the
+    # world uses the full forms only
+    "left of": ("to the left of", "on the left of", "to the left side of"),
+    "right of": ("to the right of", "on the right of", "to the right side of"),
     "above": ("above", "over"),
     "below": ("below", "under", "beneath"),
     "inside": ("inside", "in"),

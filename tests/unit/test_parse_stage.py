@@ -1,0 +1,72 @@
+import json
+
+import pytest
+
+from data_schemas import TABLES, read_table
+from macco.cli import main
+from pipeline.captions import InputFileError
+from pipeline.stages import ParseConfig, parse_stage, read_caption_input
+
+
+def test_cli_parse_coco_json_writes_tables_that_validate(world, tmp_path, capsys):
+    out = tmp_path / "parsed"
+    assert main(["parse", str(world / "annotations" / "captions_val2014.json"), "--out", str(out)]) == 0
+    sg = read_table(TABLES["scene_graphs"], out / "scene_graphs").to_pylist()
+    caps = json.loads((world / "annotations" / "captions_val2014.json").read_text())["annotations"]
+    assert {r["caption_id"] for r in sg} == {c["id"] for c in caps}
+    assert {r["kind"] for r in sg} == {"object", "attribute", "relation"}
+    tm = read_table(TABLES["token_masks"], out / "token_masks").to_pylist()
+    assert len(tm) == len(caps) and all(r["tokenizer"] == "clip-bpe" for r in tm)
+    capsys.readouterr()
+    assert main(["validate", str(out)]) == 0
+
+
+def test_cli_parse_jsonl_and_error_rows(tmp_path, capsys):
+    src = tmp_path / "caps.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in [
+        {"id": 5, "image_id": 1, "caption": "a cat sitting on a red mat"},
+        {"id": 6, "image_id": 1, "caption": ""},
+        {"id": 7, "image_id": 2, "caption": 42}]) + "\n")
+    assert main(["parse", str(src), "--out", str(tmp_path / "o")]) == 0
+    errs = read_table(TABLES["errors"], tmp_path / "o" / "errors").to_pylist()
+    assert {(e["item_id"], e["reason"]) for e in errs} == {("6", "empty_caption"), ("7", "non_text_caption")}
+    assert "errors: 2" in capsys.readouterr().out
+
+
+def test_bad_jsonl_names_file_and_line(tmp_path):
+    src = tmp_path / "bad.jsonl"
+    src.write_text('{"id": 1, "image_id": 1, "caption": "x"}\n{"id": 2, "caption": "y"}\n')
+    with pytest.raises(InputFileError, match=r"bad.jsonl: line 2: missing field 'image_id'"):
+        read_caption_input(src)
+
+
+def test_parse_stage_resumes_unfinished_shards(world, tmp_path):
+    rows = read_caption_input(world / "annotations" / "captions_val2014.json")
+    cfg = ParseConfig(shard_size=10)
+    seen = []
+    full = parse_stage(cfg, rows, tmp_path / "a", progress=lambda i, n: seen.append((i, n)))
+    n = full["scene_graphs"]["shards"]
+    assert n == -(-len(rows) // 10) and seen[-1] == (n, n)
+    # simulate a killed run: only shard 0 was written
+    from data_schemas import ShardedTableWriter
+    partial = parse_stage(cfg, rows[:10], tmp_path / "tmp")  # shard 0 content
+    for name in ("scene_graphs", "token_masks", "errors"):
+        w = ShardedTableWriter(TABLES[name], tmp_path / "b" / name, n)
+        w.write_shard(0, read_table(TABLES[name], tmp_path / "tmp" / name))
+    calls = []
+    import pipeline.scene_graph as sgmod
+    orig = sgmod.parse_captions
+
+    def counting(r, *a, **k):
+        calls.append(len(r))
+        return orig(r, *a, **k)
+
+    sgmod.parse_captions = counting
+    try:
+        resumed = parse_stage(cfg, rows, tmp_path / "b")
+    finally:
+        sgmod.parse_captions = orig
+    assert len(calls) == n - 1  # shard 0 was not recomputed
+    assert resumed["scene_graphs"]["content_hash"] == full["scene_graphs"]["content_hash"]
+    assert resumed["token_masks"]["content_hash"] == full["token_masks"]["content_hash"]
+    assert partial["scene_graphs"]["rows"] > 0
