@@ -101,6 +101,66 @@ def cmd_parse(args) -> int:
     return 0
 
 
+def _grounding_config(args):
+    from pipeline.grounding.base import GroundingConfig
+
+    return GroundingConfig(backend=args.backend, box_threshold=args.box_threshold, text_threshold=args.text_threshold,
+                           checkpoint=args.checkpoint, config_file=args.config_file, bert_dir=args.bert_dir,
+                           model_dir=args.model_dir, device=args.device, batch_size=args.batch_size)
+
+
+def cmd_ground(args) -> int:
+    from data_schemas import TABLES, read_table
+    from pipeline.stages import ground_stage, read_instances
+
+    tables = Path(args.tables)
+    caps = read_table(TABLES["captions"], tables / "captions").to_pylist()
+    sg = read_table(TABLES["scene_graphs"], tables / "scene_graphs").to_pylist()
+    instances = None
+    if args.backend == "annotations":
+        if not args.instances:
+            print("macco ground: the annotations backend needs --instances ROOT (COCO layout) ", file=sys.stderr)
+            return 2
+        instances = read_instances(args.instances, args.splits)
+    out = Path(args.out or tables)
+    m = ground_stage(_grounding_config(args), caps, sg, args.images, out / "ground", instances=instances,
+                     shard_size=args.shard_size)
+    _print_manifests(m)
+    print(f"wrote {out / 'ground'}")
+    return 0
+
+
+def _find(tables_root: Path, name: str) -> Path:
+    from pipeline.validate import discover_tables
+
+    found = discover_tables(tables_root)
+    if name not in found:
+        raise SystemExit(f"macco: no complete {name} table under {tables_root}")
+    return found[name]
+
+
+def cmd_masks(args) -> int:
+    from data_schemas import TABLES, read_table
+    from pipeline.stages import patches_stage
+
+    root = Path(args.tables)
+    caps = read_table(TABLES["captions"], _find(root, "captions")).to_pylist()
+    regions = read_table(TABLES["regions"], _find(root, "regions")).to_pylist()
+    m = patches_stage(args.model or ["ViT-B-32"], caps, regions, Path(args.out or root / "ground"))
+    _print_manifests(m)
+    return 0
+
+
+def cmd_show_masks(args) -> int:
+    from pipeline.patches import geometry_for
+    from pipeline.show import show_masks
+    from pipeline.validate import discover_tables
+
+    tables = discover_tables(args.tables)
+    print(f"wrote {show_masks(tables, args.images, args.caption_id, geometry_for(args.model), args.out, args.model)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="macco", description=__doc__)
     sub = p.add_subparsers(dest="verb", required=True)
@@ -134,13 +194,42 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--n-process", type=int, default=1)
     pa.set_defaults(fn=cmd_parse)
 
+    g = sub.add_parser("ground", help="ground attribute/relation phrases: write regions (+ errors)")
+    g.add_argument("tables", type=Path, help="directory holding the captions and scene_graphs tables")
+    g.add_argument("--images", type=Path, help="image root (captions.file_name is relative to it)")
+    g.add_argument("--backend", choices=("annotations", "groundingdino", "hf"), default="annotations")
+    g.add_argument("--instances", type=Path, help="COCO-layout root with annotations/instances_<split>2014.json")
+    g.add_argument("--splits", nargs="+", default=["train", "val", "test"])
+    g.add_argument("--checkpoint", help="groundingdino: .pth")
+    g.add_argument("--config-file", help="groundingdino: model config .py")
+    g.add_argument("--bert-dir", help="groundingdino: local BERT directory")
+    g.add_argument("--model-dir", help="hf: save_pretrained directory")
+    g.add_argument("--box-threshold", type=float, default=0.35)
+    g.add_argument("--text-threshold", type=float, default=0.25)
+    g.add_argument("--device", default="cpu")
+    g.add_argument("--batch-size", type=int, default=8)
+    g.add_argument("--shard-size", type=int, default=500)
+    g.add_argument("--out", type=Path, help="default: TABLES (writes TABLES/ground/{regions,errors})")
+    g.set_defaults(fn=cmd_ground)
+
+    mk = sub.add_parser("masks", help="boxes -> patch_masks for one or more patch grids")
+    mk.add_argument("tables", type=Path, help="directory holding captions and regions tables")
+    mk.add_argument("--model", action="append", help="open_clip architecture(s) whose grid to use (repeatable)")
+    mk.add_argument("--out", type=Path)
+    mk.set_defaults(fn=cmd_masks)
+
+    sm = sub.add_parser("show-masks", help="draw a caption's masked patches, boxes and tokens")
+    sm.add_argument("tables", type=Path)
+    sm.add_argument("--images", type=Path, required=True)
+    sm.add_argument("--caption-id", type=int, required=True)
+    sm.add_argument("--model", default="ViT-B-32", help="architecture whose grid and tokenizer to show")
+    sm.add_argument("--out", type=Path, required=True)
+    sm.set_defaults(fn=cmd_show_masks)
+
     for verb, issue, text in [
-        ("ground", "issue 5", "ground relation/attribute phrases into the regions table"),
-        ("masks", "issue 5", "boxes -> patch_masks for a patch grid"),
         ("train", "issue 6", "train MACCO / CLIP-FT on the tables"),
         ("eval", "issue 7", "evaluate a model on the compositionality benchmarks"),
         ("run", "issue 8", "run the whole DAG (Prefect flow)"),
-        ("show-masks", "issue 5", "draw a caption's masked tokens and patches"),
     ]:
         sp = sub.add_parser(verb, help=text, description=text)
         sp.set_defaults(fn=_not_built(verb, issue))

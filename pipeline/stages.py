@@ -138,3 +138,139 @@ def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None
     return run_sharded(captions, cfg.shard_size,
                        {n: out / n for n in ("scene_graphs", "token_masks", "errors")}, shard,
                        config=asdict(cfg), version=ver, progress=progress)
+
+
+# ---- ground ----------------------------------------------------------------------------------------------
+def object_queries(concepts: list[dict]) -> tuple[dict[int, str], dict[int, list[int]]]:
+    """For one caption's concept rows: the query phrase of each object that a phrase needs, and for each
+    attribute/relation concept the objects whose boxes it takes (its object; subject and object)."""
+    by_id = {c["concept_id"]: c for c in concepts}
+    attrs: dict[int, list[dict]] = {}
+    for c in concepts:
+        if c["kind"] == "attribute":
+            attrs.setdefault(c["object_id"], []).append(c)
+    needs: dict[int, list[int]] = {}
+    for c in concepts:
+        if c["kind"] == "attribute":
+            needs[c["concept_id"]] = [c["object_id"]]
+        elif c["kind"] == "relation":
+            needs[c["concept_id"]] = [c["subject_id"], c["object_id"]]
+    queries = {}
+    for objs in needs.values():
+        for o in objs:
+            words = [a["text"] for a in sorted(attrs.get(o, []), key=lambda a: a["char_start"])]
+            queries[o] = " ".join(words + [by_id[o]["text"]]).lower()
+    return queries, needs
+
+
+def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root: str | Path | None,
+                 out: Path, *, grounder=None, instances: dict | None = None, shard_size: int = 500,
+                 progress=None) -> dict[str, dict]:
+    """Ground every attribute/relation phrase: ``out/regions`` + ``out/errors`` (sharded by image)."""
+    from PIL import Image
+
+    from data_schemas.errors import error_row
+    from pipeline.grounding.base import GroundItem, make_grounder
+
+    grounder = grounder or make_grounder(cfg, instances)
+    by_caption: dict[int, list[dict]] = {}
+    for r in scene_graphs:
+        by_caption.setdefault(r["caption_id"], []).append(r)
+    images: dict[int, dict] = {}
+    for c in captions:
+        if c["caption_id"] in by_caption:
+            images.setdefault(c["image_id"], {"row": c, "captions": []})["captions"].append(c)
+    image_ids = sorted(images)
+
+    def shard(ids: list[int]) -> dict[str, list[dict]]:
+        regions, errors, items, plans = [], [], [], []
+        for iid in ids:
+            info = images[iid]
+            row = info["row"]
+            per_caption = []
+            phrases: dict[str, int] = {}
+            for cap in info["captions"]:
+                q, needs = object_queries(by_caption[cap["caption_id"]])
+                for text in q.values():
+                    phrases.setdefault(text, len(phrases))
+                per_caption.append((cap, q, needs))
+            if not phrases:
+                continue
+            image = None
+            if grounder.needs_images:
+                path = Path(image_root) / row["file_name"]
+                try:
+                    with Image.open(path) as im:
+                        image = im.convert("RGB")
+                except (OSError, ValueError) as exc:
+                    errors.append(error_row("ground", f"image:{iid}", "unreadable_image", f"{path}: {exc}"))
+                    continue
+            items.append(GroundItem(iid, row["width"], row["height"], list(phrases), image))
+            plans.append((row, per_caption, phrases))
+        found = grounder.ground(items) if items else []
+        for (row, per_caption, phrases), boxes in zip(plans, found):
+            for cap, q, needs in per_caption:
+                for concept_id, objs in needs.items():
+                    uniq: dict[tuple, object] = {}
+                    for o in objs:
+                        for b in boxes[phrases[q[o]]]:
+                            x1, y1, x2, y2 = b.xyxy
+                            if x1 < 0 or y1 < 0 or x2 > row["width"] or y2 > row["height"] or x2 <= x1 or y2 <= y1:
+                                errors.append(error_row("ground", f"{cap['caption_id']}:{concept_id}:{len(uniq)}",
+                                                        "box_outside_image",
+                                                        f"image {row['image_id']}: box {list(b.xyxy)} outside "
+                                                        f"{row['width']}x{row['height']}"))
+                                continue
+                            uniq.setdefault(tuple(round(v, 3) for v in b.xyxy), b)
+                    concept = next(c for c in by_caption[cap["caption_id"]] if c["concept_id"] == concept_id)
+                    if not uniq:
+                        errors.append(error_row("ground", f"{cap['caption_id']}:{concept_id}", "no_box",
+                                                f"caption {cap['caption_id']}: no box for {concept['phrase']!r}"))
+                    for k, b in enumerate(uniq.values()):
+                        regions.append({"caption_id": cap["caption_id"], "concept_id": concept_id, "box_id": k,
+                                        "image_id": row["image_id"], "phrase": concept["phrase"],
+                                        "box_xyxy": [float(v) for v in b.xyxy], "score": min(max(b.score, 0.0), 1.0),
+                                        "label": b.label, "backend": grounder.name})
+        return {"regions": regions, "errors": errors}
+
+    conf = {k: v for k, v in asdict(cfg).items() if k not in ("device", "batch_size")}
+    ver = code_version("pipeline.grounding.base", f"pipeline.grounding.{_backend_module(cfg.backend)}",
+                       "pipeline.stages")
+    return run_sharded(image_ids, shard_size, {"regions": out / "regions", "errors": out / "errors"}, shard,
+                       config=conf, version=ver, progress=progress)
+
+
+def _backend_module(backend: str) -> str:
+    return {"annotations": "annotations", "groundingdino": "groundingdino", "hf": "hf"}[backend]
+
+
+def read_instances(root: str | Path, splits: Iterable[str]) -> dict[int, list[dict]]:
+    from pipeline.captions import read_coco_instances
+
+    out: dict[int, list[dict]] = {}
+    for split in splits:
+        out.update(read_coco_instances(Path(root) / "annotations" / f"instances_{split}2014.json"))
+    return out
+
+
+# ---- patch masks -----------------------------------------------------------------------------------------
+def patches_stage(models: list[str], captions: list[dict], regions: list[dict], out: Path) -> dict[str, dict]:
+    """``out/patch_masks``: per phrase and per model grid, the patches of its boxes (evaluation preprocessing)."""
+    from pipeline.patches import PREPROCESS, eval_patches, geometry_for
+
+    geos = sorted({geometry_for(m) for m in models}, key=lambda g: (g.image_size, g.patch_size))
+    size = {c["caption_id"]: (c["width"], c["height"], c["image_id"]) for c in captions}
+    boxes: dict[tuple[int, int], list] = {}
+    for r in regions:
+        boxes.setdefault((r["caption_id"], r["concept_id"]), []).append(r["box_xyxy"])
+    rows = []
+    for (cid, kid), bs in sorted(boxes.items()):
+        w, h, iid = size[cid]
+        for g in geos:
+            rows.append({"caption_id": cid, "concept_id": kid, "grid": g.grid, "image_id": iid,
+                         "patch_idx": eval_patches(bs, w, h, g), "image_size": g.image_size,
+                         "patch_size": g.patch_size, "preprocess": PREPROCESS})
+    conf = {"models": sorted(models), "geometries": [asdict(g) for g in geos]}
+    return {"patch_masks": write_table(TABLES["patch_masks"], out / "patch_masks",
+                                       TABLES["patch_masks"].from_rows(rows), config=conf,
+                                       code_version=code_version("pipeline.patches", "pipeline.stages"))}

@@ -40,7 +40,8 @@ def discover_tables(path: str | Path) -> dict[str, Path | list[Path]]:
             continue
         stamp = f"{manifest.get('created', '')}|{m.stat().st_mtime_ns:020d}"
         if name == "errors":
-            group = m.relative_to(path).parts[0] if len(m.relative_to(path).parts) > 2 else ""
+            parts = m.relative_to(path).parts
+            group = parts[0] if len(parts) > 2 else m.parent.name
             if group not in errors or stamp > errors[group][0]:
                 errors[group] = (stamp, m.parent)
         elif name not in found or stamp > found[name][0]:

@@ -2,3 +2,123 @@ from pathlib import Path
 
 DATA = Path(__file__).parent / "data"
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+WORDS = ("a an the of on in to and red green blue yellow purple orange white black small large big little "
+         "circle square triangle diamond cross hexagon man horse dog cat brown").split()
+
+
+def write_tiny_bert(path: Path, with_model: bool = True, hidden: int = 32) -> Path:
+    """A tiny uncased BERT tokenizer (+ random BertModel) keeping bert-base-uncased's special ids."""
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    path.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    extra = list(WORDS) + [chr(c) for c in range(97, 123)] + [f"##{chr(c)}" for c in range(97, 123)]
+    vocab += list(dict.fromkeys(extra))
+    while len(vocab) < 1012:
+        vocab.append(f"[unused{len(vocab)}]")
+    vocab.append(".")
+    while len(vocab) < 1029:
+        vocab.append(f"[unused{len(vocab)}]")
+    vocab += ["?", ","]
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tok = BertTokenizer(str(path / "vocab.txt"), do_lower_case=True)
+    assert tok.convert_tokens_to_ids(["[CLS]", "[SEP]", ".", "?"]) == [101, 102, 1012, 1029]
+    tok.save_pretrained(path)
+    if with_model:
+        cfg = BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=512)
+        BertModel(cfg).save_pretrained(path)
+    return path
+
+
+def build_tiny_hf_groundingdino(path: Path) -> Path:
+    """A tiny random transformers GroundingDINO saved with its processor (environment.md recipe)."""
+    import torch
+    from transformers import (BertConfig, BertTokenizer, GroundingDinoConfig, GroundingDinoForObjectDetection,
+                              GroundingDinoImageProcessor, GroundingDinoProcessor, SwinConfig)
+
+    torch.manual_seed(0)
+    bert = write_tiny_bert(path / "bert", with_model=False)
+    tok = BertTokenizer(str(bert / "vocab.txt"), do_lower_case=True)
+    cfg = GroundingDinoConfig(
+        backbone_config=SwinConfig(image_size=224, patch_size=4, embed_dim=32, depths=[1, 1, 1, 1],
+                                   num_heads=[1, 2, 4, 8], window_size=7, out_indices=[2, 3, 4]),
+        text_config=BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=64, max_position_embeddings=256),
+        d_model=64, num_queries=20, encoder_layers=1, decoder_layers=2, encoder_ffn_dim=128, decoder_ffn_dim=128,
+        encoder_attention_heads=2, decoder_attention_heads=2, num_feature_levels=4, max_text_len=64)
+    model = GroundingDinoForObjectDetection(cfg).eval()
+    proc = GroundingDinoProcessor(image_processor=GroundingDinoImageProcessor(
+        size={"shortest_edge": 224, "longest_edge": 224}), tokenizer=tok)
+    out = path / "hf"
+    model.save_pretrained(out)
+    proc.save_pretrained(out)
+    return out
+
+
+TINY_GDINO_CFG = """
+batch_size = 1
+modelname = "groundingdino"
+backbone = "swin_T_224_1k"
+position_embedding = "sine"
+pe_temperatureH = 20
+pe_temperatureW = 20
+return_interm_indices = [1, 2, 3]
+backbone_freeze_keywords = None
+enc_layers = 1
+dec_layers = 1
+pre_norm = False
+dim_feedforward = 128
+hidden_dim = 256
+dropout = 0.0
+nheads = 8
+num_queries = 20
+query_dim = 4
+num_patterns = 0
+num_feature_levels = 4
+enc_n_points = 4
+dec_n_points = 4
+two_stage_type = "standard"
+two_stage_bbox_embed_share = False
+two_stage_class_embed_share = False
+transformer_activation = "relu"
+dec_pred_bbox_embed_share = True
+dn_box_noise_scale = 1.0
+dn_label_noise_ratio = 0.5
+dn_label_coef = 1.0
+dn_bbox_coef = 1.0
+embed_init_tgt = True
+dn_labelbook_size = 2000
+max_text_len = 256
+text_encoder_type = "bert-base-uncased"
+use_text_enhancer = True
+use_fusion_layer = True
+use_checkpoint = False
+use_transformer_ckpt = False
+use_text_cross_attention = True
+text_dropout = 0.0
+fusion_dropout = 0.0
+fusion_droppath = 0.1
+sub_sentence_present = True
+"""
+
+
+def build_tiny_groundingdino_py(path: Path) -> dict:
+    """A tiny random groundingdino-py model: config .py, checkpoint .pth ({"model": state_dict}), BERT dir."""
+    import torch
+    from groundingdino.models import build_model
+    from groundingdino.util.slconfig import SLConfig
+
+    torch.manual_seed(0)
+    path.mkdir(parents=True, exist_ok=True)
+    bert = write_tiny_bert(path / "bert")
+    cfg_file = path / "tiny_gdino.py"
+    cfg_file.write_text(TINY_GDINO_CFG)
+    args = SLConfig.fromfile(str(cfg_file))
+    args.device = "cpu"
+    args.text_encoder_type = str(bert)
+    model = build_model(args)
+    ckpt = path / "tiny_gdino.pth"
+    torch.save({"model": model.state_dict()}, ckpt)
+    return {"checkpoint": str(ckpt), "config_file": str(cfg_file), "bert_dir": str(bert)}

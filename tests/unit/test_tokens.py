@@ -72,3 +72,17 @@ def test_token_mask_rows_unmatched_and_errors(tok):
     assert r["truncated"] and r["attribute_idx"] == [2] and r["object_idx"] == [3]
     assert r["relation_idx"] == [] and r["unmatched"] == ["object:mat", "relation:on"]
     assert [(e["item_id"], e["reason"]) for e in errors] == [("2", "token_alignment")]
+
+
+def test_offsets_tokenization_equals_open_clip_on_many_captions(tok, world):
+    import json
+
+    from pipeline.parse_eval import load_gold
+    from tests_support import DATA
+
+    caps = [g["caption"] for g in load_gold(DATA / "gold_scene_graphs.txt")]
+    caps += [a["caption"] for a in json.loads((world / "annotations" / "captions_val2014.json").read_text())
+             ["annotations"]]
+    caps += ["Tom's cat isn't on the mat...", "a   spaced\tcaption", "numbers 1,234 and 56th", "caf\u00e9 au lait"]
+    for c in caps:
+        assert align_caption(tok, c).token_ids == tok([c])[0].tolist(), c

@@ -1,0 +1,128 @@
+"""The ``Grounder`` interface, the shared GroundingDINO post-processing, and query-phrase helpers.
+
+A grounder takes a batch of items (one image each, with the object phrases to find in it, e.g.
+"small red circle") and returns, per item and phrase, boxes in original-image pixels (xyxy, x2/y2
+exclusive) with scores. Post-processing is a pure function of the model outputs, so it is tested on
+hand-made logits with known answers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import numpy as np
+
+
+@dataclass
+class GroundItem:
+    image_id: int
+    width: int
+    height: int
+    phrases: list[str]
+    image: object | None = None  # PIL.Image (RGB) for model backends; None for annotations
+
+
+@dataclass(frozen=True)
+class Box:
+    xyxy: tuple[float, float, float, float]
+    score: float
+    label: str
+
+
+@dataclass
+class GroundingConfig:
+    backend: str = "annotations"  # annotations | groundingdino | hf
+    box_threshold: float = 0.35  # GroundingDINO demo defaults
+    text_threshold: float = 0.25
+    checkpoint: str | None = None  # groundingdino: .pth
+    config_file: str | None = None  # groundingdino: model config .py
+    bert_dir: str | None = None  # groundingdino: local BERT directory (text encoder + tokenizer)
+    model_dir: str | None = None  # hf: save_pretrained directory
+    device: str = "cpu"
+    half: bool = True  # fp16 autocast on CUDA
+    batch_size: int = 8
+    max_boxes_per_phrase: int = 5
+    extra: dict = field(default_factory=dict)
+
+
+class Grounder(Protocol):
+    name: str
+    needs_images: bool
+
+    def ground(self, items: Sequence[GroundItem]) -> list[list[list[Box]]]:
+        """For each item, for each of its phrases, the boxes found (possibly none)."""
+
+
+def build_prompt(phrases: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
+    """GroundingDINO prompt "a . b ." (lowercased) and each phrase's character span in it."""
+    spans, parts, pos = [], [], 0
+    for p in phrases:
+        p = " ".join(p.lower().replace(".", " ").split())
+        spans.append((pos, pos + len(p)))
+        parts.append(p + " .")
+        pos += len(p) + 3
+    return " ".join(parts), spans
+
+
+def phrase_token_indices(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[list[int]]:
+    """Token positions (from a tokenizer's offset mapping) inside each phrase's character span."""
+    out = []
+    for s, e in spans:
+        out.append([t for t, (a, b) in enumerate(offsets) if b > a and a >= s and b <= e])
+    return out
+
+
+def select_boxes(probs: np.ndarray, boxes_cxcywh: np.ndarray, phrase_tokens: Sequence[Sequence[int]],
+                 labels: Sequence[str], box_threshold: float, text_threshold: float, width: int, height: int,
+                 max_per_phrase: int | None = None) -> list[list[Box]]:
+    """Attribute each query box to the phrase whose tokens it matches best.
+
+    probs: (n_queries, n_tokens) sigmoid token scores; boxes: (n_queries, 4) normalised cx, cy, w, h.
+    A query is kept when its best token score over all phrase tokens exceeds ``box_threshold``; it goes to the
+    phrase with the highest max-token score if that exceeds ``text_threshold``. Boxes are clipped to the
+    image; a box with no area left is dropped. Per phrase, boxes are sorted by score (top ``max_per_phrase``).
+    """
+    probs = np.asarray(probs, dtype=np.float64)
+    boxes = np.asarray(boxes_cxcywh, dtype=np.float64)
+    if probs.ndim != 2 or boxes.shape != (probs.shape[0], 4):
+        raise ValueError(f"expected probs (Q, T) and boxes (Q, 4), got {probs.shape} and {boxes.shape}")
+    out: list[list[Box]] = [[] for _ in phrase_tokens]
+    valid = [k for k, t in enumerate(phrase_tokens) if len(t)]
+    if not valid:
+        return out
+    per_phrase = np.stack([probs[:, list(phrase_tokens[k])].max(axis=1) for k in valid], axis=1)  # (Q, P)
+    best = per_phrase.max(axis=1)
+    which = per_phrase.argmax(axis=1)
+    for q in np.nonzero(best > box_threshold)[0]:
+        if per_phrase[q, which[q]] <= text_threshold:
+            continue
+        cx, cy, w, h = boxes[q]
+        x1, y1 = max((cx - w / 2) * width, 0.0), max((cy - h / 2) * height, 0.0)
+        x2, y2 = min((cx + w / 2) * width, float(width)), min((cy + h / 2) * height, float(height))
+        if x2 <= x1 or y2 <= y1:
+            continue
+        k = valid[which[q]]
+        out[k].append(Box((float(x1), float(y1), float(x2), float(y2)), float(best[q]), labels[k]))
+    for k in range(len(out)):
+        out[k].sort(key=lambda b: -b.score)
+        if max_per_phrase:
+            out[k] = out[k][:max_per_phrase]
+    return out
+
+
+def make_grounder(cfg: GroundingConfig, instances: dict | None = None) -> Grounder:
+    if cfg.backend == "annotations":
+        from .annotations import AnnotationsGrounder
+
+        if instances is None:
+            raise ValueError("the annotations backend needs the dataset's instance annotations")
+        return AnnotationsGrounder(instances)
+    if cfg.backend == "groundingdino":
+        from .groundingdino import GroundingDinoGrounder
+
+        return GroundingDinoGrounder(cfg)
+    if cfg.backend == "hf":
+        from .hf import HFGroundingDinoGrounder
+
+        return HFGroundingDinoGrounder(cfg)
+    raise ValueError(f"unknown grounding backend {cfg.backend!r} (annotations | groundingdino | hf)")
