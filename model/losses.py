@@ -1,0 +1,86 @@
+"""MACCO losses as pure functions returning named terms (keys end in ``_loss``) and the weighted total.
+
+Notation: I, T full image/text globals and I_m, T_m masked ones, all L2-normalised [B, E]; s = exp(logit_scale).
+- MCA (``contrast_loss``): rows [I; I_m] against columns [T; T_m] (and back), labels arange(B) repeated, so
+  masked samples are extra negatives for full anchors and must find their *full* partner as anchors.
+  Hard-negative captions (NegCLIP) are extra image->text columns with no positive.
+- MIR (``intra_modal_contrast_loss``): masked vs full within each modality, both directions, same s.
+- ``mask_loss_text``: NLL of the original token at masked positions, averaged per sample first, then over
+  samples with >= 1 masked token (0 if none).
+- ``mask_loss_image``: MAE norm-pix MSE at masked patches, per sample first, then over samples with >= 1 masked
+  patch (divided by count + 1e-8, as the reference).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class LossWeights:
+    contrast: float = 1.0
+    intra_modal: float = 0.1
+    mask_text: float = 20.0
+    mask_image: float = 250.0
+
+
+def contrast_loss(images: list[torch.Tensor], texts: list[torch.Tensor], scale: torch.Tensor,
+                  hard_texts: torch.Tensor | None = None) -> torch.Tensor:
+    """MCA over stacks of image and text globals (each [B, E], normalised); plain CLIP loss for one of each."""
+    B = images[0].shape[0]
+    I = torch.cat(images)  # [kB, E]
+    T = torch.cat(texts)  # [mB, E]
+    cols = torch.cat([T, hard_texts]) if hard_texts is not None else T
+    logits_i2t = scale * I @ cols.t()
+    logits_t2i = scale * T @ I.t()
+    labels = torch.arange(B, device=I.device)
+    l_i2t = F.cross_entropy(logits_i2t, labels.repeat(len(images)))
+    l_t2i = F.cross_entropy(logits_t2i, labels.repeat(len(texts)))
+    return (l_i2t + l_t2i) / 2
+
+
+def intra_modal_loss(full: torch.Tensor, masked: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    labels = torch.arange(full.shape[0], device=full.device)
+    return (F.cross_entropy(scale * masked @ full.t(), labels) + F.cross_entropy(scale * full @ masked.t(), labels)) / 2
+
+
+def masked_text_nll(log_probs: torch.Tensor, targets: torch.Tensor, sample: torch.Tensor, batch: int) -> torch.Tensor:
+    """log_probs [N, V] at the N masked positions, their original token ids [N] and sample index [N]."""
+    if log_probs.shape[0] == 0:
+        return log_probs.sum() * 0.0
+    nll = -log_probs.gather(1, targets.unsqueeze(1)).squeeze(1)  # [N]
+    per_sample = torch.zeros(batch, device=nll.device, dtype=nll.dtype).index_add_(0, sample, nll)
+    counts = torch.zeros(batch, device=nll.device, dtype=nll.dtype).index_add_(0, sample, torch.ones_like(nll))
+    has = counts > 0
+    return (per_sample[has] / counts[has]).mean()
+
+
+def patchify(images: torch.Tensor, p: int) -> torch.Tensor:
+    """[B, 3, H, W] -> [B, N, p*p*3] with (p, q, c) order inside a patch (MAE ``nchpwq -> nhwpqc``)."""
+    B, C, H, W = images.shape
+    h, w = H // p, W // p
+    x = images.reshape(B, C, h, p, w, p)
+    x = torch.einsum("nchpwq->nhwpqc", x)
+    return x.reshape(B, h * w, p * p * C)
+
+
+def masked_image_mse(pred: torch.Tensor, images: torch.Tensor, mask: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """pred [B, N, p*p*3]; images the training tensors [B, 3, H, W]; mask [B, N] bool (True = masked)."""
+    target = patchify(images.float(), patch_size)
+    mean = target.mean(dim=-1, keepdim=True)
+    var = target.var(dim=-1, keepdim=True)  # unbiased, as torch's default and the reference
+    target = (target - mean) / (var + 1e-6) ** 0.5
+    err = ((pred.float() - target) ** 2).mean(dim=-1)  # [B, N]
+    m = mask.float()
+    n = m.sum(dim=1)
+    per_sample = (err * m).sum(dim=1) / n.clamp(min=1)
+    has = (n > 0).float()
+    return (per_sample * has).sum() / (has.sum() + 1e-8)
+
+
+def total_loss(terms: dict[str, torch.Tensor], w: LossWeights) -> torch.Tensor:
+    weights = {"contrast_loss": w.contrast, "intra_modal_contrast_loss": w.intra_modal,
+               "mask_loss_text": w.mask_text, "mask_loss_image": w.mask_image}
+    return sum(weights[k] * v for k, v in terms.items() if k in weights)

@@ -1,0 +1,61 @@
+"""Masked encoding through the CLIP towers' own layers (no monkey-patching), full and masked copies in one pass.
+
+Text: token embedding -> (masked positions replaced by the text mask token) -> + positional embedding ->
+the causal transformer -> ln_final -> text projection at *every* position. The global feature is the EOT
+token (``argmax`` of the ids, the same position in both copies).
+Image: conv1 patches -> CLS prepended -> (masked patches replaced by the image mask token; CLS never) ->
++ positional embedding -> ln_pre -> transformer -> ln_post and proj on *all* tokens (the reference projects the
+patch tokens too). Masks are boolean with True = masked; image masks have no CLS slot.
+With nothing masked both functions return exactly what ``clip.encode_text`` / ``clip.encode_image`` return.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def _check_vision(visual: nn.Module) -> None:
+    if getattr(visual, "attn_pool", None) is not None or getattr(visual, "final_ln_after_pool", False) \
+            or getattr(visual, "pool_type", "tok") != "tok" or not hasattr(visual, "conv1"):
+        raise ValueError("masked image encoding supports the standard CLIP ViT tower (class-token pooling)")
+
+
+def encode_text_tokens(clip: nn.Module, text: torch.Tensor, mask: torch.Tensor | None = None,
+                       mask_token: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(all-token features [B, L, E], global EOT feature [B, E]), unnormalised."""
+    if getattr(clip, "text_pool_type", "argmax") != "argmax":
+        raise ValueError("masked text encoding supports CLIP's argmax (EOT) text pooling")
+    cast = clip.transformer.get_cast_dtype()
+    x = clip.token_embedding(text).to(cast)  # [B, L, D]
+    if mask is not None:
+        m = mask.to(x.dtype).unsqueeze(-1)
+        x = x * (1 - m) + mask_token.to(x.dtype) * m
+    x = x + clip.positional_embedding.to(cast)
+    x = clip.transformer(x, attn_mask=clip.attn_mask)
+    x = clip.ln_final(x)
+    proj = clip.text_projection
+    if proj is not None:
+        x = proj(x) if isinstance(proj, nn.Linear) else x @ proj  # [B, L, E]
+    eot = x[torch.arange(x.shape[0], device=x.device), text.argmax(dim=-1)]
+    return x, eot
+
+
+def encode_image_tokens(visual: nn.Module, images: torch.Tensor, mask: torch.Tensor | None = None,
+                        mask_token: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(CLS feature [B, E], patch features [B, N, E]), both after ln_post and proj, unnormalised."""
+    _check_vision(visual)
+    x = visual.conv1(images)  # [B, W, g, g]
+    x = x.reshape(x.shape[0], x.shape[1], -1).permute(0, 2, 1)  # [B, N, W]
+    cls = visual.class_embedding.to(x.dtype).expand(x.shape[0], 1, -1)
+    if mask is not None:
+        m = mask.to(x.dtype).unsqueeze(-1)
+        x = x * (1 - m) + mask_token.to(x.dtype) * m
+    x = torch.cat([cls, x], dim=1)  # [B, 1 + N, W]
+    x = x + visual.positional_embedding.to(x.dtype)
+    x = visual.patch_dropout(x)
+    x = visual.ln_pre(x)
+    x = visual.transformer(x)
+    x = visual.ln_post(x)
+    if visual.proj is not None:
+        x = x @ visual.proj
+    return x[:, 0], x[:, 1:]

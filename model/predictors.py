@@ -1,0 +1,125 @@
+"""Training-only predictors: masked-text (vocabulary head) and masked-image (pixel head) reconstruction.
+
+Both work in the joint embedding space (width E = the CLIP embed dim), apply the global-to-local injection
+(every token of a stream averaged with that stream's global feature) to query and key/value streams, then
+pre-norm cross-attention blocks with separate LayerNorms for query and key/value (no attention masks, as in
+the reference). Initialisation follows the reference (macco-reference.md §2.8).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class CrossAttentionBlock(nn.Module):
+    """x <- x + MHA(LN_q(x), LN_kv(y)); x <- x + MLP(LN(x)). With y None it is a self-attention block."""
+
+    def __init__(self, width: int, heads: int, mlp_ratio: float = 4.0):
+        super().__init__()
+        self.ln_q = nn.LayerNorm(width)
+        self.ln_kv = nn.LayerNorm(width)
+        self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
+        self.ln_2 = nn.LayerNorm(width)
+        hidden = int(width * mlp_ratio)
+        self.mlp = nn.Sequential()
+        self.mlp.add_module("c_fc", nn.Linear(width, hidden))
+        self.mlp.add_module("gelu", nn.GELU())
+        self.mlp.add_module("c_proj", nn.Linear(hidden, width))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        q = self.ln_q(x)
+        kv = q if y is None else self.ln_kv(y)
+        x = x + self.attn(q, kv, kv, need_weights=False)[0]
+        return x + self.mlp(self.ln_2(x))
+
+    def init_reference(self, n_layers: int) -> None:
+        w = self.attn.embed_dim
+        nn.init.normal_(self.attn.in_proj_weight, std=w ** -0.5)
+        nn.init.normal_(self.attn.out_proj.weight, std=w ** -0.5 * (2 * n_layers) ** -0.5)
+        nn.init.normal_(self.mlp.c_fc.weight, std=(2 * w) ** -0.5)
+        nn.init.normal_(self.mlp.c_proj.weight, std=w ** -0.5 * (2 * n_layers) ** -0.5)
+
+
+def inject_global(tokens: torch.Tensor, global_feat: torch.Tensor) -> torch.Tensor:
+    """Global-to-local injection: t_j <- (t_j + t_global) / 2."""
+    return (tokens + global_feat.unsqueeze(1)) / 2
+
+
+def sincos_2d(embed_dim: int, grid: int) -> torch.Tensor:
+    """Fixed 2-D sin-cos positions [grid*grid, D] (MAE's construction: half the channels per axis)."""
+    if embed_dim % 4:
+        raise ValueError(f"embed_dim {embed_dim} must be a multiple of 4 for 2-D sin-cos positions")
+    gh, gw = torch.meshgrid(torch.arange(grid, dtype=torch.float64), torch.arange(grid, dtype=torch.float64),
+                            indexing="ij")
+
+    def one(pos: torch.Tensor, d: int) -> torch.Tensor:
+        omega = 1.0 / 10000 ** (torch.arange(d // 2, dtype=torch.float64) / (d / 2.0))
+        out = pos.reshape(-1, 1) * omega.reshape(1, -1)
+        return torch.cat([out.sin(), out.cos()], dim=1)
+
+    # MAE: grid = meshgrid(w, h) so the first half encodes w, the second h
+    return torch.cat([one(gw, embed_dim // 2), one(gh, embed_dim // 2)], dim=1).float()
+
+
+class TextPredictor(nn.Module):
+    """Predicts the original tokens at masked text positions from the masked text and the full image."""
+
+    def __init__(self, width: int, heads: int, cross_layers: int = 2, self_layers: int = 0, vocab_size: int = 49408):
+        super().__init__()
+        self.self_blocks = nn.ModuleList(CrossAttentionBlock(width, heads) for _ in range(self_layers))
+        self.cross_blocks = nn.ModuleList(CrossAttentionBlock(width, heads) for _ in range(cross_layers))
+        self.ln = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab_size)
+        for b in self.self_blocks:
+            b.init_reference(self_layers)
+        for b in self.cross_blocks:
+            b.init_reference(cross_layers)
+        nn.init.xavier_uniform_(self.head.weight)
+
+    def forward(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x: masked text tokens [B, L, E]; y: full image patches [B, N, E]. Returns log-probabilities at
+        ``positions`` (a [B, L] bool mask) as [n_masked, V], or at every position [B, L, V] if None."""
+        x = inject_global(x, x_global)
+        y = inject_global(y, y_global)
+        for b in self.self_blocks:
+            x = b(x)
+        for b in self.cross_blocks:
+            x = b(x, y)
+        x = self.ln(x)
+        if positions is not None:
+            x = x[positions]  # vocabulary logits only where a token is masked: same loss, far less memory
+        return torch.log_softmax(self.head(x).float(), dim=-1)
+
+
+class ImagePredictor(nn.Module):
+    """Predicts the (per-patch normalised) pixels of the masked image from the masked image and the full text."""
+
+    def __init__(self, width: int, heads: int, grid: int, patch_size: int, cross_layers: int = 3,
+                 self_layers: int = 0):
+        super().__init__()
+        self.decoder_embed = nn.Linear(width, width)
+        self.register_buffer("pos_embed", sincos_2d(width, grid).unsqueeze(0), persistent=False)
+        self.self_blocks = nn.ModuleList(CrossAttentionBlock(width, heads) for _ in range(self_layers))
+        self.cross_blocks = nn.ModuleList(CrossAttentionBlock(width, heads) for _ in range(cross_layers))
+        self.ln = nn.LayerNorm(width)
+        self.proj = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, patch_size * patch_size * 3))
+        for b in self.self_blocks:
+            b.init_reference(self_layers)
+        for b in self.cross_blocks:
+            b.init_reference(cross_layers)
+        nn.init.xavier_uniform_(self.proj[1].weight, gain=1 / math.sqrt(width))
+        nn.init.zeros_(self.proj[1].bias)
+
+    def forward(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor) -> torch.Tensor:
+        """x: masked image patches [B, N, E]; y: full text tokens [B, L, E]. Returns [B, N, P*P*3]."""
+        x = inject_global(x, x_global)
+        y = inject_global(y, y_global)
+        x = self.decoder_embed(x) + self.pos_embed.to(x.dtype)
+        for b in self.self_blocks:
+            x = b(x)
+        for b in self.cross_blocks:
+            x = b(x, y)
+        return self.proj(self.ln(x))

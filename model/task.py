@@ -1,0 +1,138 @@
+"""``MaccoTask``: an unmodified open_clip CLIP plus the training-only parts (mask tokens, predictors, losses).
+
+One forward pass encodes full and masked copies together (2B texts, 2B images) through the towers' own layers
+and returns the named loss terms, their weighted ``total_loss`` and a few statistics. The stop-gradient map is
+the reference's (macco-reference.md §2.7): the text predictor attends to *detached* full-image features; the
+image predictor's own masked-image query is detached but its text condition is not.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .losses import LossWeights, contrast_loss, intra_modal_loss, masked_image_mse, masked_text_nll, total_loss
+from .masked import encode_image_tokens, encode_text_tokens
+from .predictors import ImagePredictor, TextPredictor
+
+MODES = ("macco", "clip-ft", "text-only", "image-only")
+
+
+@dataclass
+class MaccoConfig:
+    mode: str = "macco"  # macco | clip-ft | text-only | image-only
+    hardneg: bool = False  # NegCLIP-style hard-negative captions as extra image->text columns
+    text_cross_layers: int | None = None  # None: 2 for ViT-B/32 and tiny models, 4 for B/16 and L/14
+    image_cross_layers: int | None = None  # None: 3 for ViT-B/32 and tiny models, 6 for B/16 and L/14
+    text_self_layers: int = 0
+    image_self_layers: int = 0
+    heads: int = 8
+    weights: LossWeights = field(default_factory=LossWeights)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} not in {MODES}")
+        if isinstance(self.weights, dict):
+            self.weights = LossWeights(**self.weights)
+
+    @property
+    def masks_text(self) -> bool:
+        return self.mode in ("macco", "text-only")
+
+    @property
+    def masks_image(self) -> bool:
+        return self.mode in ("macco", "image-only")
+
+
+def _embed_dim(clip: nn.Module) -> int:
+    proj = clip.text_projection
+    return proj.out_features if isinstance(proj, nn.Linear) else proj.shape[1]
+
+
+class MaccoTask(nn.Module):
+    def __init__(self, clip: nn.Module, cfg: MaccoConfig, large_backbone: bool = False):
+        super().__init__()
+        self.clip = clip
+        self.cfg = cfg
+        visual = clip.visual
+        grid = visual.grid_size[0] if isinstance(visual.grid_size, (tuple, list)) else visual.grid_size
+        self.patch_size = visual.patch_size[0] if isinstance(visual.patch_size, (tuple, list)) else visual.patch_size
+        self.grid = grid
+        width = _embed_dim(clip)
+        heads = cfg.heads if width % cfg.heads == 0 else 1
+        self.text_mask_token = nn.Parameter(torch.randn(clip.token_embedding.embedding_dim) * 0.02)
+        self.img_mask_token = nn.Parameter(torch.randn(visual.conv1.out_channels) * 0.02)
+        t_layers = cfg.text_cross_layers or (4 if large_backbone else 2)
+        i_layers = cfg.image_cross_layers or (6 if large_backbone else 3)
+        self.text_predictor = TextPredictor(width, heads, t_layers, cfg.text_self_layers,
+                                            clip.token_embedding.num_embeddings)
+        self.image_predictor = ImagePredictor(width, heads, grid, self.patch_size, i_layers, cfg.image_self_layers)
+        self.rank, self.world_size = 0, 1
+
+    def _gather(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.world_size == 1:
+            return a, b
+        from open_clip.loss import gather_features
+
+        return gather_features(a, b, rank=self.rank, world_size=self.world_size)
+
+    def forward(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor,
+                image_mask: torch.Tensor, hard_texts: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """images [B,3,H,W], texts [B,L] ids, text_mask [B,L] bool, image_mask [B,N] bool (True = masked)."""
+        cfg, clip, B = self.cfg, self.clip, texts.shape[0]
+        scale = clip.logit_scale.exp()
+        if cfg.masks_text:
+            tm = torch.cat([torch.zeros_like(text_mask), text_mask])
+            tok, glob = encode_text_tokens(clip, torch.cat([texts, texts]), tm, self.text_mask_token)
+            t_tok, tm_tok, t_glob, tm_glob = tok[:B], tok[B:], glob[:B], glob[B:]
+        else:
+            t_tok, t_glob = encode_text_tokens(clip, texts)
+        if cfg.masks_image:
+            im = torch.cat([torch.zeros_like(image_mask), image_mask])
+            cls, patches = encode_image_tokens(clip.visual, torch.cat([images, images]), im, self.img_mask_token)
+            i_glob, im_glob, i_tok, im_tok = cls[:B], cls[B:], patches[:B], patches[B:]
+        else:
+            i_glob, i_tok = encode_image_tokens(clip.visual, images)
+        I, T = F.normalize(i_glob, dim=-1), F.normalize(t_glob, dim=-1)
+        I, T = self._gather(I, T)
+        imgs, txts = [I], [T]
+        out: dict[str, torch.Tensor] = {}
+        intra = []
+        if cfg.masks_text or cfg.masks_image:
+            I_m = F.normalize(im_glob, dim=-1) if cfg.masks_image else None
+            T_m = F.normalize(tm_glob, dim=-1) if cfg.masks_text else None
+            if I_m is not None and T_m is not None:
+                I_m, T_m = self._gather(I_m, T_m)
+            elif I_m is not None:
+                I_m, _ = self._gather(I_m, I_m)
+            else:
+                T_m, _ = self._gather(T_m, T_m)
+            if T_m is not None:
+                txts.append(T_m)
+                intra.append(intra_modal_loss(T, T_m, scale))
+            if I_m is not None:
+                imgs.append(I_m)
+                intra.append(intra_modal_loss(I, I_m, scale))
+        hard = F.normalize(clip.encode_text(hard_texts), dim=-1) if (cfg.hardneg and hard_texts is not None) else None
+        out["contrast_loss"] = contrast_loss(imgs, txts, scale, hard)
+        if intra:
+            out["intra_modal_contrast_loss"] = sum(intra) / len(intra)
+        if cfg.masks_text:
+            logp = self.text_predictor(tm_tok, tm_glob, i_tok.detach(), i_glob.detach(), positions=text_mask)
+            targets = texts[text_mask]
+            sample = text_mask.nonzero()[:, 0]
+            out["mask_loss_text"] = masked_text_nll(logp, targets, sample, B)
+            with torch.no_grad():
+                out["masked_word_acc"] = (logp.argmax(-1) == targets).float().mean() if len(targets) \
+                    else logp.new_zeros(())
+        if cfg.masks_image:
+            pred = self.image_predictor(im_tok.detach(), im_glob.detach(), t_tok, t_glob)
+            out["mask_loss_image"] = masked_image_mse(pred, images, image_mask, self.patch_size)
+        out["total_loss"] = total_loss(out, cfg.weights)
+        with torch.no_grad():
+            out["empty_text_masks"] = (~text_mask.any(dim=1)).sum().float()
+            out["empty_image_masks"] = (~image_mask.any(dim=1)).sum().float()
+            out["logit_scale"] = scale.detach()
+        return out

@@ -1,0 +1,194 @@
+import math
+
+import open_clip
+import pytest
+import torch
+
+from model import register_model_configs
+from model.losses import (LossWeights, contrast_loss, intra_modal_loss, masked_image_mse, masked_text_nll, patchify,
+                          total_loss)
+from model.masked import encode_image_tokens, encode_text_tokens
+from model.predictors import sincos_2d
+from model.task import MaccoConfig, MaccoTask
+
+
+@pytest.fixture(scope="module")
+def clip():
+    register_model_configs()
+    torch.manual_seed(0)
+    return open_clip.create_model("macco-micro")
+
+
+@pytest.fixture(scope="module")
+def batch():
+    tok = open_clip.get_tokenizer("macco-micro")
+    t = tok(["a red circle left of a blue square", "a dog on a couch", "two cats"])
+    torch.manual_seed(1)
+    img = torch.randn(3, 3, 32, 32)
+    tm = torch.zeros(3, 77, dtype=torch.bool)
+    tm[0, 2] = tm[0, 4] = tm[1, 3] = True
+    im = torch.zeros(3, 16, dtype=torch.bool)
+    im[0, :4] = im[1, 5:9] = True
+    return img, t, tm, im
+
+
+def test_masked_encoders_equal_plain_towers_when_nothing_masked(clip, batch):
+    img, t, _, _ = batch
+    tok, g = encode_text_tokens(clip, t, torch.zeros_like(t, dtype=torch.bool), torch.randn(32))
+    assert torch.allclose(g, clip.encode_text(t), atol=1e-6) and tok.shape == (3, 77, 32)
+    cls, patches = encode_image_tokens(clip.visual, img, torch.zeros(3, 16, dtype=torch.bool), torch.randn(32))
+    assert torch.allclose(cls, clip.encode_image(img), atol=1e-6) and patches.shape == (3, 16, 32)
+
+
+def test_mask_changes_only_what_it_should(clip, batch):
+    img, t, tm, im = batch
+    token = torch.randn(32)
+    tok0, _ = encode_text_tokens(clip, t)
+    tok1, _ = encode_text_tokens(clip, t, tm, token)
+    # causal text tower: positions before the first masked one are unchanged
+    assert torch.allclose(tok0[0, :2], tok1[0, :2], atol=1e-6) and not torch.allclose(tok0[0, 2], tok1[0, 2])
+    assert torch.allclose(tok0[2], tok1[2], atol=1e-6)  # sample without mask unchanged
+
+
+def grads(task, loss):
+    task.zero_grad()
+    loss.backward(retain_graph=True)
+    def has(ps):
+        return any(p.grad is not None and p.grad.abs().sum() > 0 for p in ps)
+    clip = task.clip
+    return {
+        "text_encoder": has([p for n, p in clip.named_parameters() if not n.startswith("visual") and n != "logit_scale"]),
+        "image_encoder": has(clip.visual.parameters()),
+        "text_predictor": has(task.text_predictor.parameters()),
+        "image_predictor": has(task.image_predictor.parameters()),
+        "text_mask_token": has([task.text_mask_token]), "img_mask_token": has([task.img_mask_token]),
+        "logit_scale": has([clip.logit_scale]),
+    }
+
+
+def test_stop_gradient_map_matches_reference(clip, batch):
+    torch.manual_seed(0)
+    task = MaccoTask(clip, MaccoConfig())
+    out = task(*batch)
+    g = grads(task, out["mask_loss_text"])
+    assert g == {"text_encoder": True, "image_encoder": False, "text_predictor": True, "image_predictor": False,
+                 "text_mask_token": True, "img_mask_token": False, "logit_scale": False}
+    g = grads(task, out["mask_loss_image"])
+    assert g == {"text_encoder": True, "image_encoder": False, "text_predictor": False, "image_predictor": True,
+                 "text_mask_token": False, "img_mask_token": False, "logit_scale": False}
+    for term in ("contrast_loss", "intra_modal_contrast_loss"):
+        g = grads(task, out[term])
+        assert g["text_encoder"] and g["image_encoder"] and g["text_mask_token"] and g["img_mask_token"]
+        assert g["logit_scale"] and not g["text_predictor"] and not g["image_predictor"]
+
+
+@pytest.mark.parametrize("mode,terms", [
+    ("macco", {"contrast_loss", "intra_modal_contrast_loss", "mask_loss_text", "mask_loss_image"}),
+    ("clip-ft", {"contrast_loss"}),
+    ("text-only", {"contrast_loss", "intra_modal_contrast_loss", "mask_loss_text"}),
+    ("image-only", {"contrast_loss", "intra_modal_contrast_loss", "mask_loss_image"}),
+])
+def test_every_mode_runs_with_and_without_hard_negatives(clip, batch, mode, terms):
+    img, t, tm, im = batch
+    for hardneg in (False, True):
+        task = MaccoTask(clip, MaccoConfig(mode=mode, hardneg=hardneg))
+        out = task(img, t, tm, im, hard_texts=t.flip(0) if hardneg else None)
+        assert {k for k in out if "_loss" in k and k != "total_loss"} == terms
+        assert torch.isfinite(out["total_loss"])
+        out["total_loss"].backward()
+
+
+def test_clip_ft_is_plain_clip_loss(clip, batch):
+    img, t, tm, im = batch
+    out = MaccoTask(clip, MaccoConfig(mode="clip-ft"))(img, t, tm, im)
+    ref = open_clip.ClipLoss()(torch.nn.functional.normalize(clip.encode_image(img), dim=-1),
+                               torch.nn.functional.normalize(clip.encode_text(t), dim=-1), clip.logit_scale.exp())
+    assert torch.allclose(out["contrast_loss"], ref, atol=1e-6)
+
+
+def test_contrast_loss_hand_value():
+    I, I_m = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]])
+    T, T_m = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]])
+    # rows [I; I_m] vs cols [T; T_m], labels [0, 0]: (log(1 + e^-1) + log(1 + e)) / 2 in each direction
+    want = (math.log(1 + math.exp(-1)) + math.log(1 + math.e)) / 2
+    assert contrast_loss([I, I_m], [T, T_m], torch.tensor(1.0)).item() == pytest.approx(want, rel=1e-6)
+    # a hard negative column identical to T halves row 0's probability: log(2 + e^-1)...
+    got = contrast_loss([I], [T], torch.tensor(1.0), hard_texts=T.clone()).item()
+    assert got == pytest.approx((math.log(2) + 0.0) / 2, rel=1e-6)
+
+
+def test_contrast_loss_equals_naive_loops():
+    torch.manual_seed(3)
+    B = 4
+    I, I_m, T, T_m = (torch.nn.functional.normalize(torch.randn(B, 8), dim=-1) for _ in range(4))
+    s = torch.tensor(7.0)
+    imgs, txts = torch.cat([I, I_m]), torch.cat([T, T_m])
+    total = 0.0
+    for r in range(2 * B):
+        logits = [s * imgs[r] @ txts[c] for c in range(2 * B)]
+        total += -(logits[r % B] - torch.logsumexp(torch.stack(logits), 0))
+    l_i2t = total / (2 * B)
+    total = 0.0
+    for r in range(2 * B):
+        logits = [s * txts[r] @ imgs[c] for c in range(2 * B)]
+        total += -(logits[r % B] - torch.logsumexp(torch.stack(logits), 0))
+    want = (l_i2t + total / (2 * B)) / 2
+    assert contrast_loss([I, I_m], [T, T_m], s).item() == pytest.approx(want.item(), rel=1e-5)
+    naive = 0.0
+    for r in range(B):
+        a = torch.stack([s * T_m[r] @ T[c] for c in range(B)])
+        b = torch.stack([s * T[r] @ T_m[c] for c in range(B)])
+        naive += -(a[r] - torch.logsumexp(a, 0)) - (b[r] - torch.logsumexp(b, 0))
+    assert intra_modal_loss(T, T_m, s).item() == pytest.approx((naive / (2 * B)).item(), rel=1e-5)
+
+
+def test_masked_text_nll_hand_value():
+    V = 4
+    logp = torch.full((3, V), -10.0)
+    logp[0, 1], logp[1, 2], logp[2, 3] = -1.0, -3.0, -0.5
+    got = masked_text_nll(logp, torch.tensor([1, 2, 3]), torch.tensor([0, 0, 2]), batch=3)
+    assert got.item() == pytest.approx(((1.0 + 3.0) / 2 + 0.5) / 2)  # per sample first; sample 1 has none
+    assert masked_text_nll(logp[:0], torch.tensor([], dtype=torch.long), torch.tensor([], dtype=torch.long), 3) == 0
+
+
+def test_masked_image_mse_hand_value():
+    img = torch.zeros(2, 3, 1, 2)
+    img[0, :, 0, 0] = torch.tensor([1.0, 2.0, 3.0])  # patch (p=1) values -> mean 2, unbiased var 1
+    img[0, :, 0, 1] = torch.tensor([1.0, 2.0, 3.0])
+    pred = torch.zeros(2, 2, 3)
+    mask = torch.tensor([[True, True], [False, False]])
+    want = (2 / (1 + 1e-6)) / 3  # mean of (-1, 0, 1)^2 / (1 + 1e-6)
+    assert masked_image_mse(pred, img, mask, 1).item() == pytest.approx(want / (1 + 1e-8), rel=1e-5)
+    x = torch.arange(2 * 3 * 4 * 4, dtype=torch.float).reshape(2, 3, 4, 4)
+    p = patchify(x, 2)
+    assert p.shape == (2, 4, 12) and p[0, 1, :3].tolist() == [x[0, 0, 0, 2].item(), x[0, 1, 0, 2].item(),
+                                                              x[0, 2, 0, 2].item()]
+
+
+def test_total_uses_reference_weights():
+    terms = {k: torch.tensor(1.0) for k in ("contrast_loss", "intra_modal_contrast_loss", "mask_loss_text",
+                                            "mask_loss_image")}
+    assert total_loss(terms, LossWeights()).item() == pytest.approx(1 + 0.1 + 20 + 250)
+
+
+def test_masked_only_logits_give_the_all_position_loss(clip, batch):
+    img, t, tm, im = batch
+    task = MaccoTask(clip, MaccoConfig())
+    x = torch.randn(3, 77, 32)
+    g = torch.randn(3, 32)
+    y, yg = torch.randn(3, 16, 32), torch.randn(3, 32)
+    full = task.text_predictor(x, g, y, yg)  # [B, 77, V]
+    nll = -full.gather(2, t.unsqueeze(-1)).squeeze(-1)  # reference: per-token NLL at all positions
+    m = tm.float()
+    per = (nll * m).sum(1) / m.sum(1).clamp(min=1)
+    ref = per[m.sum(1) > 0].mean()
+    ours = masked_text_nll(task.text_predictor(x, g, y, yg, positions=tm), t[tm], tm.nonzero()[:, 0], 3)
+    assert torch.allclose(ours, ref, atol=1e-5)
+
+
+def test_sincos_positions():
+    pe = sincos_2d(8, 3)
+    assert pe.shape == (9, 8)
+    assert torch.allclose(pe[0, :2], torch.tensor([0.0, 0.0])) and torch.allclose(pe[0, 2:4], torch.ones(2))
+    assert torch.allclose(pe[1, 4:], pe[0, 4:])  # same row -> same h half
+    assert torch.allclose(pe[3, :4], pe[0, :4])  # same column -> same w half
