@@ -161,6 +161,16 @@ def cmd_show_masks(args) -> int:
     return 0
 
 
+def cmd_train(args, extra=()) -> int:
+    from model.train import load_config, train
+
+    cfg = load_config(args.config, list(extra))
+    summary = train(cfg)
+    last = summary["history"][-1] if summary["history"] else {}
+    print(json.dumps({"steps": summary["steps"], "last": last, "export": summary.get("export")}, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="macco", description=__doc__)
     sub = p.add_subparsers(dest="verb", required=True)
@@ -226,8 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--out", type=Path, required=True)
     sm.set_defaults(fn=cmd_show_masks)
 
+    tr = sub.add_parser("train", help="train MACCO / CLIP-FT on the tables; extra key=value override the config",
+                        description="train MACCO / CLIP-FT; settings from --config plus key=value overrides "
+                                    "(e.g. mode=clip-ft max_steps=100)")
+    tr.add_argument("--config", help="YAML with the train settings (model/train.py TrainConfig)")
+    tr.set_defaults(fn=cmd_train, takes_extra=True)
+
     for verb, issue, text in [
-        ("train", "issue 6", "train MACCO / CLIP-FT on the tables"),
         ("eval", "issue 7", "evaluate a model on the compositionality benchmarks"),
         ("run", "issue 8", "run the whole DAG (Prefect flow)"),
     ]:
@@ -240,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     set_offline_env()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra and args.fn.__name__ != "run":
+    if getattr(args, "takes_extra", False):
+        return int(args.fn(args, extra) or 0)
+    if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args.fn(args) or 0)
 

@@ -1,33 +1,9 @@
-"""Boxes (original-image pixels) -> ViT patch indices, for the evaluation preprocessing and for training crops.
-
-A crop is ``(top, left, height, width)`` in original pixels, resized to ``image_size`` x ``image_size``
-(anisotropically, as torchvision's RandomResizedCrop does). A patch (row-major index r * grid + c, no CLS
-offset) is masked iff the box overlaps it with positive area *after* the crop; boxes outside the visible crop
-mark nothing (the official code marks border patches for them).
-"""
+"""Patch geometry of open_clip architectures; the box -> patch mapping itself lives in
+``data_schemas.geometry`` (the ``patch_masks`` contract, shared with the training data)."""
 from __future__ import annotations
 
-import math
-import random
-from dataclasses import dataclass
-from typing import Iterable
-
-PREPROCESS = "resize-center-crop"
-
-
-@dataclass(frozen=True)
-class Geometry:
-    image_size: int
-    patch_size: int
-
-    @property
-    def grid(self) -> int:
-        return self.image_size // self.patch_size
-
-    def __post_init__(self):
-        if self.patch_size <= 0 or self.image_size % self.patch_size:
-            raise ValueError(f"image_size {self.image_size} is not a multiple of patch_size {self.patch_size}")
-
+from data_schemas.geometry import (PREPROCESS, Geometry, box_in_crop, box_patches, boxes_patches,  # noqa: F401
+                                   eval_crop, eval_patches, random_rectangle)
 
 # the paper's backbones and the repo's tiny ones (model/configs/*.json)
 GEOMETRIES = {
@@ -43,87 +19,9 @@ def geometry_for(model: str) -> Geometry:
         return GEOMETRIES[base]
     import open_clip
 
-    from model import register_model_configs
-
-    register_model_configs()
     cfg = open_clip.get_model_config(base)
     if cfg is None:
         raise ValueError(f"unknown open_clip architecture {model!r}")
     v = cfg["vision_cfg"]
     size = v["image_size"] if isinstance(v["image_size"], int) else v["image_size"][0]
     return Geometry(size, v["patch_size"])
-
-
-def eval_crop(width: int, height: int, size: int) -> tuple[float, float, float, float]:
-    """The region of the original image that Resize(size) + CenterCrop(size) keeps, as (top, left, h, w).
-
-    Follows torchvision: the short side becomes ``size``, the long side ``int(size * long / short)``, and the
-    centre crop offset is ``int(round((resized - size) / 2))``.
-    """
-    if width <= 0 or height <= 0:
-        raise ValueError(f"image size must be positive, got {width}x{height}")
-    if width <= height:
-        new_w, new_h = size, int(size * height / width)
-    else:
-        new_w, new_h = int(size * width / height), size
-    sx, sy = new_w / width, new_h / height
-    top = int(round((new_h - size) / 2.0))
-    left = int(round((new_w - size) / 2.0))
-    return top / sy, left / sx, size / sy, size / sx
-
-
-def box_in_crop(box: Iterable[float], crop: tuple[float, float, float, float], size: int
-                ) -> tuple[float, float, float, float] | None:
-    """The box in output pixels after the crop, clipped to the output; None if no positive area remains."""
-    x1, y1, x2, y2 = box
-    top, left, h, w = crop
-    sx, sy = size / w, size / h
-    nx1, ny1 = max((x1 - left) * sx, 0.0), max((y1 - top) * sy, 0.0)
-    nx2, ny2 = min((x2 - left) * sx, float(size)), min((y2 - top) * sy, float(size))
-    if nx2 <= nx1 or ny2 <= ny1:
-        return None
-    return nx1, ny1, nx2, ny2
-
-
-def box_patches(box: Iterable[float], crop: tuple[float, float, float, float], geo: Geometry) -> list[int]:
-    """Row-major patch indices that the box overlaps with positive area after the crop."""
-    b = box_in_crop(box, crop, geo.image_size)
-    if b is None:
-        return []
-    p, g = geo.patch_size, geo.grid
-    c0, r0 = int(b[0] // p), int(b[1] // p)
-    c1, r1 = min(math.ceil(b[2] / p), g) - 1, min(math.ceil(b[3] / p), g) - 1
-    return [r * g + c for r in range(r0, r1 + 1) for c in range(c0, c1 + 1)]
-
-
-def boxes_patches(boxes: Iterable[Iterable[float]], crop, geo: Geometry) -> list[int]:
-    out: set[int] = set()
-    for b in boxes:
-        out.update(box_patches(b, crop, geo))
-    return sorted(out)
-
-
-def eval_patches(boxes, width: int, height: int, geo: Geometry) -> list[int]:
-    """Patch indices under the deterministic evaluation preprocessing (resize shorter side + centre crop)."""
-    return boxes_patches(boxes, eval_crop(width, height, geo.image_size), geo)
-
-
-def random_rectangle(grid: int, ratio: float, rng: random.Random) -> list[int]:
-    """A random rectangle of about ``ratio`` of the grid (the reference's rule, on the *correct* grid).
-
-    target = round(n * ratio) clamped to [1, n]; h, w drawn uniformly from 1..grid until
-    |h*w - target| <= max(1, 0.25 * target); placed uniformly at random. ratio <= 0 masks nothing.
-    """
-    n = grid * grid
-    if ratio <= 0:
-        return []
-    if ratio >= 1:
-        return list(range(n))
-    target = min(max(round(n * ratio), 1), n)
-    tol = max(1.0, 0.25 * target)
-    while True:
-        h, w = rng.randint(1, grid), rng.randint(1, grid)
-        if abs(h * w - target) <= tol:
-            break
-    top, left = rng.randint(0, grid - h), rng.randint(0, grid - w)
-    return [r * grid + c for r in range(top, top + h) for c in range(left, left + w)]

@@ -17,14 +17,15 @@ from data_schemas.errors import error_row
 STAGE = "parse"
 
 
+# the repo's tiny architectures (model/configs) use the OpenAI CLIP BPE tokenizer, like ViT-B-32
+TINY_ARCHS = ("macco-tiny", "macco-micro")
+
+
 @lru_cache(maxsize=4)
 def get_tokenizer(model: str = "ViT-B-32"):
     import open_clip
 
-    from model import register_model_configs  # tiny configs share the CLIP BPE tokenizer
-
-    register_model_configs()
-    tok = open_clip.get_tokenizer(model)
+    tok = open_clip.get_tokenizer("ViT-B-32" if model in TINY_ARCHS else model)
     if not hasattr(tok, "bpe") or not hasattr(tok, "pat"):
         raise ValueError(f"model {model!r} does not use the CLIP BPE tokenizer; token alignment needs it")
     return tok

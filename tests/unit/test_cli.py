@@ -35,3 +35,22 @@ def test_console_script_and_model_imports_light():
             "bad = [m for m in ('spacy', 'prefect', 'duckdb') if m in sys.modules]\n"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_imports_point_one_way():
+    """flows -> pipeline/model -> data_schemas; prefect only in flows; pipeline and model never import each other."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    banned = {"data_schemas": {"pipeline", "model", "flows", "macco", "prefect", "torch", "spacy"},
+              "pipeline": {"model", "flows", "macco", "prefect"},
+              "model": {"pipeline", "flows", "macco", "prefect", "spacy", "duckdb"}}
+    bad = []
+    for pkg, forbidden in banned.items():
+        for f in (root / pkg).rglob("*.py"):
+            for node in ast.walk(ast.parse(f.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+                bad += [f"{f.relative_to(root)}: {n}" for n in names if n.split(".")[0] in forbidden]
+    assert not bad, bad

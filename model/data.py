@@ -1,0 +1,232 @@
+"""Training data over the captions, token_masks, scene_graphs and regions tables plus the images.
+
+Per sample: the tracking RandomResizedCrop (scale 0.9-1, ratio 3/4-4/3, bicubic, no flip) with the patch mask
+recomputed from the boxes and the sampled crop (boxes outside the crop mark nothing); the region of **one**
+random phrase masked, or with probability ``rect_prob`` a random rectangle of ~``rect_ratio`` of the (correct)
+grid; the text mask = every relation and attribute token. Randomness is keyed on (seed, epoch, index), so a
+resumed run sees exactly the batches an uninterrupted run would. Corrupt images are skipped and counted.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from PIL import Image
+from torch.utils.data import Dataset, Sampler
+
+from data_schemas import TABLES, read_table
+from data_schemas.geometry import Geometry, boxes_patches, random_rectangle
+
+log = logging.getLogger(__name__)
+OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
+FALLBACK_NEGATIVE = "A photo of full black image."  # the reference's caption when no negative exists
+
+
+@dataclass
+class Sample:
+    caption_id: int
+    file_name: str
+    token_ids: list[int]
+    text_positions: list[int]
+    phrase_boxes: list[list[list[float]]]  # per grounded phrase, its boxes (original pixels)
+    hard_negative: str | None = None
+
+
+@dataclass
+class DataConfig:
+    image_root: str = ""
+    split: str = "train"
+    crop_scale: tuple[float, float] = (0.9, 1.0)
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    rect_prob: float = 0.1
+    rect_ratio: float = 0.75
+    mask_kinds: tuple[str, ...] = ("relation", "attribute")
+    mean: tuple[float, float, float] = OPENAI_MEAN
+    std: tuple[float, float, float] = OPENAI_STD
+    extra: dict = field(default_factory=dict)
+
+
+def swap_negative(caption: str, concepts: list[dict], rng: random.Random) -> str | None:
+    """A NegCLIP-style hard negative from the scene graph: swap a relation's subject and object noun phrases
+    (each with its attributes), else swap the attributes of two objects; None if neither exists."""
+    by_id = {c["concept_id"]: c for c in concepts}
+    attrs: dict[int, list[dict]] = {}
+    for c in concepts:
+        if c["kind"] == "attribute":
+            attrs.setdefault(c["object_id"], []).append(c)
+
+    def np_span(obj_id: int) -> tuple[int, int]:
+        o = by_id[obj_id]
+        starts = [a["char_start"] for a in attrs.get(obj_id, []) if a["char_start"] < o["char_start"]]
+        return min(starts + [o["char_start"]]), o["char_end"]
+
+    rels = [c for c in concepts if c["kind"] == "relation"]
+    rng.shuffle(rels)
+    for r in rels:
+        (a0, a1), (b0, b1) = np_span(r["subject_id"]), np_span(r["object_id"])
+        if a1 <= b0 or b1 <= a0:
+            (a0, a1), (b0, b1) = sorted([(a0, a1), (b0, b1)])
+            neg = caption[:a0] + caption[b0:b1] + caption[a1:b0] + caption[a0:a1] + caption[b1:]
+            if neg.lower() != caption.lower():
+                return neg
+    with_attr = [o for o in attrs if attrs[o]]
+    if len(with_attr) >= 2:
+        o1, o2 = sorted(rng.sample(with_attr, 2), key=lambda o: by_id[o]["char_start"])
+        a, b = attrs[o1][0], attrs[o2][0]
+        if a["text"].lower() != b["text"].lower():
+            (s0, e0), (s1, e1) = sorted([(a["char_start"], a["char_end"]), (b["char_start"], b["char_end"])])
+            return caption[:s0] + caption[s1:e1] + caption[e0:s1] + caption[s0:e0] + caption[e1:]
+    return None
+
+
+def build_samples(tables: dict[str, Path], split: str | None = "train", mask_kinds=("relation", "attribute"),
+                  hard_negatives: bool = False, seed: int = 0) -> tuple[list[Sample], dict]:
+    """Join the tables into training samples; returns (samples, counts)."""
+    caps = {r["caption_id"]: r for r in read_table(TABLES["captions"], tables["captions"]).to_pylist()
+            if split is None or r["split"] == split}
+    tm = {r["caption_id"]: r for r in read_table(TABLES["token_masks"], tables["token_masks"]).to_pylist()}
+    concepts: dict[int, list[dict]] = {}
+    if "scene_graphs" in tables:
+        for r in read_table(TABLES["scene_graphs"], tables["scene_graphs"]).to_pylist():
+            concepts.setdefault(r["caption_id"], []).append(r)
+    boxes: dict[int, dict[int, list]] = {}
+    if "regions" in tables:
+        for r in read_table(TABLES["regions"], tables["regions"]).to_pylist():
+            boxes.setdefault(r["caption_id"], {}).setdefault(r["concept_id"], []).append(list(r["box_xyxy"]))
+    rng = random.Random(seed)
+    out, counts = [], {"captions": len(caps), "no_token_mask": 0, "empty_text_mask": 0, "no_region": 0}
+    for cid in sorted(caps):
+        if cid not in tm:
+            counts["no_token_mask"] += 1
+            continue
+        t = tm[cid]
+        pos = sorted({p for k in mask_kinds for p in t[f"{k}_idx"]})
+        counts["empty_text_mask"] += not pos
+        phrase_boxes = [v for _, v in sorted(boxes.get(cid, {}).items())]
+        counts["no_region"] += not phrase_boxes
+        neg = swap_negative(caps[cid]["caption"], concepts.get(cid, []), rng) if hard_negatives else None
+        out.append(Sample(cid, caps[cid]["file_name"], t["token_ids"], pos, phrase_boxes, neg))
+    return out, counts
+
+
+def rrc_params(width: int, height: int, scale, ratio, rng: random.Random) -> tuple[int, int, int, int]:
+    """torchvision ``RandomResizedCrop.get_params`` (same sampling rule) drawn from ``rng`` instead of the global
+    torch generator, so the crop is a pure function of the sample's seed: (top, left, h, w)."""
+    area = width * height
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target = area * rng.uniform(scale[0], scale[1])
+        ar = math.exp(rng.uniform(*log_ratio))
+        w = int(round(math.sqrt(target * ar)))
+        h = int(round(math.sqrt(target / ar)))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, height - h), rng.randint(0, width - w), h, w
+    in_ratio = width / height  # fallback: centre crop at the closest allowed ratio
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        h, w = height, int(round(height * max(ratio)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def _key_seed(*parts) -> int:
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little")
+
+
+class MaccoDataset(Dataset):
+    """Indexed by (epoch, index) pairs (see ``EpochBatchSampler``) so augmentation is a function of the step."""
+
+    def __init__(self, samples: list[Sample], cfg: DataConfig, geo: Geometry, seed: int = 0, tokenizer=None):
+        self.samples, self.cfg, self.geo, self.seed = samples, cfg, geo, seed
+        self.negatives = None
+        if tokenizer is not None and any(s.hard_negative is not None for s in samples):
+            texts = [s.hard_negative or FALLBACK_NEGATIVE for s in samples]
+            self.negatives = tokenizer(texts)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def _crop(self, img: Image.Image, rng: random.Random) -> tuple[torch.Tensor, tuple]:
+        from torchvision.transforms import InterpolationMode
+        from torchvision.transforms import functional as TF
+
+        top, left, h, w = rrc_params(img.width, img.height, self.cfg.crop_scale, self.cfg.crop_ratio, rng)
+        s = self.geo.image_size
+        x = TF.resized_crop(img, top, left, h, w, [s, s], InterpolationMode.BICUBIC)
+        x = TF.normalize(TF.to_tensor(x), self.cfg.mean, self.cfg.std)
+        return x, (top, left, h, w)
+
+    def __getitem__(self, key):
+        epoch, idx = key
+        s = self.samples[idx]
+        seed = _key_seed(self.seed, epoch, idx)
+        rng = random.Random(seed)
+        path = Path(self.cfg.image_root) / s.file_name
+        try:
+            with Image.open(path) as im:
+                img = im.convert("RGB")
+        except (OSError, ValueError) as exc:
+            log.warning("skipping unreadable image %s (caption %s): %s", path, s.caption_id, exc)
+            return None
+        x, crop = self._crop(img, rng)
+        g = self.geo.grid
+        image_mask = torch.zeros(g * g, dtype=torch.bool)
+        if rng.random() < self.cfg.rect_prob:
+            idx_patches = random_rectangle(g, self.cfg.rect_ratio, rng)
+        elif s.phrase_boxes:
+            idx_patches = boxes_patches(rng.choice(s.phrase_boxes), crop, self.geo)
+        else:
+            idx_patches = []
+        image_mask[idx_patches] = True
+        text = torch.tensor(s.token_ids, dtype=torch.long)
+        text_mask = torch.zeros(len(s.token_ids), dtype=torch.bool)
+        text_mask[s.text_positions] = True
+        item = {"image": x, "text": text, "text_mask": text_mask, "image_mask": image_mask,
+                "caption_id": s.caption_id}
+        if self.negatives is not None:
+            item["hard_text"] = self.negatives[idx]
+        return item
+
+
+def collate(items: list) -> dict:
+    from torch.utils.data import default_collate
+
+    good = [it for it in items if it is not None]
+    batch = default_collate(good) if good else {}
+    batch["skipped"] = len(items) - len(good)
+    return batch
+
+
+class EpochBatchSampler(Sampler):
+    """Deterministic batches of (epoch, index): a seeded shuffle per epoch, drop_last, this rank's share,
+    starting at global step ``start_step`` (resume) and running for ``total_steps``."""
+
+    def __init__(self, n: int, batch_size: int, seed: int, start_step: int, total_steps: int,
+                 rank: int = 0, world_size: int = 1):
+        self.n, self.bs, self.seed = n, batch_size, seed
+        self.start, self.total, self.rank, self.world = start_step, total_steps, rank, world_size
+        self.steps_per_epoch = n // (batch_size * world_size)
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"{n} training samples are fewer than one batch of {batch_size} x {world_size} ranks")
+
+    def __len__(self) -> int:
+        return self.total - self.start
+
+    def __iter__(self):
+        step = self.start
+        while step < self.total:
+            epoch, k = divmod(step, self.steps_per_epoch)
+            perm = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1000003 + epoch))
+            per_step = self.bs * self.world
+            chunk = perm[k * per_step:(k + 1) * per_step]
+            mine = chunk[self.rank * self.bs:(self.rank + 1) * self.bs]
+            yield [(epoch, int(i)) for i in mine]
+            step += 1

@@ -1,0 +1,57 @@
+"""Export the CLIP alone (no predictor or mask-token keys) as an open_clip local directory and as a ``.pt``.
+
+- ``<out>/open_clip_config.json`` + ``<out>/open_clip_model.safetensors``:
+  ``open_clip.create_model_and_transforms('local-dir:<out>')`` loads it.
+- ``<out>.pt`` next to it, ``{"state_dict": ...}``: ``create_model_and_transforms(<arch>, pretrained=<file>)``.
+Training checkpoints never go in the export directory (the local-dir loader globs weight files).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def export_clip(clip: nn.Module, arch: str, out_dir: str | Path, preprocess_cfg: dict | None = None,
+                meta: dict | None = None) -> dict:
+    """Write the export; returns {dir, pt, sha256 of the safetensors file, keys}."""
+    import open_clip
+    from safetensors.torch import save_file
+
+    from . import register_model_configs
+
+    register_model_configs()
+    model_cfg = open_clip.get_model_config(arch)
+    if model_cfg is None:
+        raise ValueError(f"unknown open_clip architecture {arch!r}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in clip.state_dict().items()}
+    bad = [k for k in state if "predictor" in k or "mask_token" in k]
+    if bad:
+        raise ValueError(f"export would contain training-only keys: {bad[:5]}")
+    visual = clip.visual
+    size = visual.image_size[0] if isinstance(visual.image_size, (tuple, list)) else visual.image_size
+    pp = {"size": size, "mode": "RGB", "mean": list(open_clip.OPENAI_DATASET_MEAN),
+          "std": list(open_clip.OPENAI_DATASET_STD), "interpolation": "bicubic", "resize_mode": "shortest",
+          **(preprocess_cfg or {})}
+    weights = out_dir / "open_clip_model.safetensors"
+    tmp = weights.with_suffix(".tmp")
+    save_file(state, str(tmp))
+    tmp.replace(weights)
+    (out_dir / "open_clip_config.json").write_text(json.dumps(
+        {"model_cfg": model_cfg, "preprocess_cfg": pp, "macco": {"arch": arch, **(meta or {})}}, indent=2))
+    pt = out_dir.with_suffix(".pt")
+    torch.save({"state_dict": state, "arch": arch}, pt)
+    return {"dir": str(out_dir), "pt": str(pt), "sha256": file_sha256(weights), "keys": len(state)}

@@ -1,0 +1,379 @@
+"""MACCO / CLIP-FT training: AdamW with the reference's three groups, warmup + cosine, resumable checkpoints,
+export of the plain CLIP. ``main(argv)`` is the entry point (also under ``torchrun`` for DDP).
+
+Reference decisions (macco-reference.md §7), each a config field where it changes numbers:
+- ``logit_scale_group="predictor"`` reproduces the reference (logit scale at the predictor lr 1e-3, wd 0.01);
+  ``"clip"`` puts it with the CLIP no-decay group.
+- ``betas=(0.9, 0.999)``, ``eps=1e-8`` reproduce the reference's RN50-derived defaults.
+- ``predictor_wd=0.01`` applies to every predictor parameter (biases and LayerNorms too), as the reference.
+- Gradient accumulation splits the batch into ``accum_steps`` micro-batches (contrastive terms per micro-batch).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import torch
+
+from .losses import LossWeights
+from .task import MaccoConfig, MaccoTask
+
+
+@dataclass
+class TrainConfig:
+    arch: str = "macco-tiny"
+    pretrained: str | None = None  # open_clip tag or weights file (e.g. a base model's export .pt)
+    tables: dict = field(default_factory=dict)  # captions, token_masks, scene_graphs, regions -> table dirs
+    image_root: str = ""
+    split: str = "train"
+    out_dir: str = "artifacts/runs/default"
+    mode: str = "macco"  # macco | clip-ft | text-only | image-only
+    hardneg: bool = False
+    loss_weights: dict = field(default_factory=lambda: asdict(LossWeights()))
+    text_cross_layers: int | None = None
+    image_cross_layers: int | None = None
+    predictor_heads: int = 8
+    epochs: int = 5
+    max_steps: int | None = None  # overrides epochs when set
+    batch_size: int = 256
+    accum_steps: int = 1
+    lr_clip: float = 5e-7
+    lr_predictor: float = 1e-3
+    wd: float = 0.2
+    predictor_wd: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    warmup: int = 50
+    logit_scale_group: str = "predictor"  # predictor (reference) | clip
+    precision: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 | fp16
+    fused_adamw: str = "auto"  # auto (on CUDA) | on | off
+    compile: bool = False
+    workers: int = 2
+    seed: int = 0
+    rect_prob: float = 0.1
+    rect_ratio: float = 0.75
+    crop_scale: tuple[float, float] = (0.9, 1.0)
+    save_every: int = 0  # steps between resumable checkpoints (0: only at the end)
+    log_every: int = 10
+    resume: str | None = None  # checkpoint path, or "auto" (latest in out_dir/checkpoints)
+    device: str = "auto"
+    progress: bool = True
+
+
+# ---- config -----------------------------------------------------------------------------------------------
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **kw) -> TrainConfig:
+    """YAML/JSON file, then ``key=value`` overrides (values parsed as YAML). Unknown keys are errors."""
+    import yaml
+
+    data: dict = {}
+    if path:
+        text = Path(path).read_text()
+        data = yaml.safe_load(text) or {}
+        data = data.get("train", data)
+    data.update(kw)
+    for ov in overrides or []:
+        if "=" not in ov:
+            raise ValueError(f"override {ov!r} is not key=value")
+        k, v = ov.split("=", 1)
+        data[k.lstrip("-").replace("-", "_")] = yaml.safe_load(v)
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown train config key(s) {unknown}; known: {sorted(known)}")
+    types = {f.name: str(f.type) for f in fields(TrainConfig)}
+    for k, v in data.items():
+        data[k] = _coerce(k, v, types[k])
+    return TrainConfig(**data)
+
+
+def _coerce(key: str, value, type_name: str):
+    """Values from YAML to the field's type (YAML reads ``1e-4`` as a string); a wrong type is an error."""
+    if value is None:
+        if "None" not in type_name:
+            raise ValueError(f"train config {key}: None is not allowed ({type_name})")
+        return None
+    base = type_name.split(" | ")[0]
+    try:
+        if base == "float":
+            return float(value)
+        if base == "int":
+            if isinstance(value, bool) or float(value) != int(float(value)):
+                raise ValueError
+            return int(float(value))
+        if base == "bool":
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                return value.lower() == "true"
+            if not isinstance(value, bool):
+                raise ValueError
+            return value
+        if base.startswith("tuple"):
+            return tuple(float(x) for x in value)
+        if base == "str":
+            return str(value)
+        if base == "dict" and not isinstance(value, dict):
+            raise ValueError
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"train config {key}: {value!r} is not a valid {type_name}") from exc
+    return value
+
+
+# ---- optimisation -----------------------------------------------------------------------------------------
+def param_groups(task: MaccoTask, cfg: TrainConfig) -> list[dict]:
+    """Group 0: CLIP no-decay (ndim < 2, bn/ln/bias/logit_scale); 1: CLIP decay; 2: predictors + mask tokens."""
+    g0, g1, g2 = [], [], []
+    for name, p in task.named_parameters():
+        if not p.requires_grad:
+            continue
+        if name == "clip.logit_scale":
+            (g2 if cfg.logit_scale_group == "predictor" else g0).append(p)
+        elif name.startswith("clip."):
+            excl = p.ndim < 2 or any(s in name for s in ("bn", "ln", "bias", "logit_scale"))
+            (g0 if excl else g1).append(p)
+        else:
+            g2.append(p)
+    return [{"params": g0, "lr": cfg.lr_clip, "weight_decay": 0.0, "name": "clip_no_decay"},
+            {"params": g1, "lr": cfg.lr_clip, "weight_decay": cfg.wd, "name": "clip_decay"},
+            {"params": g2, "lr": cfg.lr_predictor, "weight_decay": cfg.predictor_wd, "name": "predictor"}]
+
+
+def warmup_cosine(warmup: int, total: int):
+    """lr factor: (step + 1) / warmup during warmup, then cosine to 0 at ``total`` (the reference's cosine_lr)."""
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        e, es = step - warmup, max(total - warmup, 1)
+        return 0.5 * (1 + math.cos(math.pi * e / es))
+    return f
+
+
+# ---- helpers ----------------------------------------------------------------------------------------------
+def _dist_env() -> tuple[int, int, int]:
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+
+
+def _atomic_save(obj, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    tmp.replace(path)
+
+
+def latest_checkpoint(out_dir: str | Path) -> Path | None:
+    ck = sorted((Path(out_dir) / "checkpoints").glob("step-*.pt"))
+    return ck[-1] if ck else None
+
+
+class NonFiniteLoss(FloatingPointError):
+    pass
+
+
+def build_task(cfg: TrainConfig) -> MaccoTask:
+    import open_clip
+
+    from . import register_model_configs, resolve_arch
+
+    register_model_configs()
+    arch = resolve_arch(cfg.arch, cfg.pretrained)
+    clip = open_clip.create_model(arch, pretrained=cfg.pretrained)
+    mc = MaccoConfig(mode=cfg.mode, hardneg=cfg.hardneg, text_cross_layers=cfg.text_cross_layers,
+                     image_cross_layers=cfg.image_cross_layers, heads=cfg.predictor_heads,
+                     weights=LossWeights(**cfg.loss_weights))
+    large = arch.split("-quickgelu")[0] in ("ViT-B-16", "ViT-L-14")
+    return MaccoTask(clip, mc, large_backbone=large)
+
+
+# ---- training ---------------------------------------------------------------------------------------------
+def train(cfg: TrainConfig) -> dict:
+    import open_clip
+    from torch.utils.data import DataLoader
+
+    from data_schemas.geometry import Geometry
+
+    from .data import DataConfig, EpochBatchSampler, MaccoDataset, build_samples, collate
+    from .export import export_clip
+
+    rank, world, local_rank = _dist_env()
+    if world > 1 and not torch.distributed.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() and cfg.device != "cpu" else "gloo"
+        torch.distributed.init_process_group(backend)
+    if cfg.device == "auto":
+        device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(cfg.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    out_dir = Path(cfg.out_dir)
+
+    task = build_task(cfg).to(device)
+    task.rank, task.world_size = rank, world
+    geo = Geometry(task.grid * task.patch_size, task.patch_size)
+    samples, counts = build_samples({k: Path(v) for k, v in cfg.tables.items()}, cfg.split,
+                                    hard_negatives=cfg.hardneg, seed=cfg.seed)
+    dcfg = DataConfig(image_root=cfg.image_root, split=cfg.split, crop_scale=cfg.crop_scale, rect_prob=cfg.rect_prob,
+                      rect_ratio=cfg.rect_ratio)
+    tokenizer = open_clip.get_tokenizer("ViT-B-32") if cfg.hardneg else None
+    dataset = MaccoDataset(samples, dcfg, geo, seed=cfg.seed, tokenizer=tokenizer)
+    micro = cfg.batch_size // cfg.accum_steps
+    if micro * cfg.accum_steps != cfg.batch_size:
+        raise ValueError(f"batch_size {cfg.batch_size} is not divisible by accum_steps {cfg.accum_steps}")
+    steps_per_epoch = len(samples) // (cfg.batch_size * world)
+    total = cfg.max_steps or steps_per_epoch * cfg.epochs
+    if total <= 0 or steps_per_epoch == 0:
+        raise ValueError(f"{len(samples)} samples give no full batch of {cfg.batch_size} x {world} rank(s)")
+
+    fused = cfg.fused_adamw == "on" or (cfg.fused_adamw == "auto" and device.type == "cuda")
+    opt = torch.optim.AdamW(param_groups(task, cfg), betas=cfg.betas, eps=cfg.eps, fused=fused or None)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.warmup, total))
+    precision = cfg.precision if cfg.precision != "auto" else ("bf16" if device.type == "cuda" else "fp32")
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+    start = 0
+    resume = latest_checkpoint(out_dir) if cfg.resume == "auto" else (Path(cfg.resume) if cfg.resume else None)
+    if resume is not None:
+        ck = torch.load(resume, map_location="cpu", weights_only=True)
+        task.load_state_dict(ck["task"])
+        opt.load_state_dict(ck["optimizer"])
+        sched.load_state_dict(ck["scheduler"])
+        scaler.load_state_dict(ck["scaler"])
+        start = int(ck["step"])
+        torch.set_rng_state(ck["rng"]["torch"])
+        random.setstate(ck["rng"]["python"])
+
+    model = task
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(
+            task, device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=cfg.mode != "macco")
+    if cfg.compile:
+        model = torch.compile(model)
+
+    sampler = EpochBatchSampler(len(samples), cfg.batch_size, cfg.seed, start, total, rank, world)
+    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=cfg.workers,
+                        pin_memory=device.type == "cuda", persistent_workers=False)
+
+    def save(step: int) -> Path:
+        path = out_dir / "checkpoints" / f"step-{step:07d}.pt"
+        _atomic_save({"task": task.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                      "scaler": scaler.state_dict(), "step": step, "config": asdict(cfg),
+                      "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}}, path)
+        return path
+
+    is_main = rank == 0
+    writer = None
+    log_file = None
+    if is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=2, default=str))
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            writer = SummaryWriter(str(out_dir / "logs"))
+        except ImportError:
+            writer = None
+        log_path = out_dir / "metrics.csv"
+        log_file = open(log_path, "a", newline="")
+    csv_writer = None
+    history: list[dict] = []
+    skipped = 0
+    check_every = 1 if device.type == "cpu" else max(cfg.log_every, 1)
+    clamp_max = math.log(100)
+    bar = None
+    if is_main and cfg.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, initial=start, desc=f"train {cfg.mode}", dynamic_ncols=True)
+    t0 = time.perf_counter()
+    step = start
+    it = iter(loader)
+    for step in range(start, total):
+        batch = next(it)
+        skipped += batch.pop("skipped")
+        if "image" not in batch:
+            continue
+        batch = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+        terms_acc: dict[str, torch.Tensor] = {}
+        for m in range(cfg.accum_steps):
+            sl = slice(m * micro, (m + 1) * micro)
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                out = model(batch["image"][sl], batch["text"][sl], batch["text_mask"][sl], batch["image_mask"][sl],
+                            batch["hard_text"][sl] if "hard_text" in batch else None)
+            scaler.scale(out["total_loss"] / cfg.accum_steps).backward()
+            for k, v in out.items():
+                terms_acc[k] = terms_acc.get(k, 0) + v.detach().float() / cfg.accum_steps
+        if (step + 1) % check_every == 0 or step == start:
+            if not torch.isfinite(terms_acc["total_loss"]):
+                raise NonFiniteLoss(f"non-finite loss at step {step}: "
+                                    f"{ {k: float(v) for k, v in terms_acc.items()} }")
+        lrs = [g["lr"] for g in opt.param_groups]  # this step's learning rates, for the log
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        sched.step()
+        with torch.no_grad():
+            task.clip.logit_scale.clamp_(0, clamp_max)
+        if is_main and ((step + 1) % max(cfg.log_every, 1) == 0 or step + 1 == total):
+            row = {"step": step + 1, "lr_clip": lrs[0], "lr_predictor": lrs[2],
+                   **{k: round(float(v), 6) for k, v in terms_acc.items()}, "skipped_images": skipped,
+                   "elapsed_s": round(time.perf_counter() - t0, 2)}
+            history.append(row)
+            if csv_writer is None:
+                csv_writer = csv.DictWriter(log_file, fieldnames=list(row))
+                if log_file.tell() == 0:
+                    csv_writer.writeheader()
+            csv_writer.writerow(row)
+            log_file.flush()
+            if writer is not None:
+                for k, v in row.items():
+                    if k != "step":
+                        writer.add_scalar(k, v, step + 1)
+            if bar is not None:
+                bar.set_postfix(total=f"{row['total_loss']:.3f}", contrast=f"{row['contrast_loss']:.3f}")
+        if bar is not None:
+            bar.update(1)
+        if is_main and cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < total:
+            save(step + 1)
+    if bar is not None:
+        bar.close()
+    summary: dict = {"steps": total, "start_step": start, "samples": counts, "skipped_images": skipped,
+                     "history": history}
+    if is_main:
+        summary["checkpoint"] = str(save(total))
+        summary["export"] = export_clip(task.clip, resolve_export_arch(cfg), out_dir / "export",
+                                        meta={"mode": cfg.mode, "steps": total, "seed": cfg.seed})
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        log_file.close()
+        if writer is not None:
+            writer.close()
+    if world > 1:
+        torch.distributed.barrier()
+    return summary
+
+
+def resolve_export_arch(cfg: TrainConfig) -> str:
+    from . import resolve_arch
+
+    return resolve_arch(cfg.arch, cfg.pretrained)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(prog="macco train", description="train MACCO / CLIP-FT on the mask tables")
+    ap.add_argument("--config", help="YAML/JSON file with the train settings (a top-level 'train:' key is allowed)")
+    args, overrides = ap.parse_known_args(argv)
+    cfg = load_config(args.config, overrides)
+    return train(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+import json
+import math
+import subprocess
+import sys
+
+import open_clip
+import pytest
+import torch
+
+from model import register_model_configs
+from model.train import NonFiniteLoss, load_config, param_groups, train, warmup_cosine
+
+
+def cfg_for(world, tables, out, **kw):
+    base = dict(arch="macco-micro", batch_size=8, max_steps=6, workers=0, lr_clip=1e-3, lr_predictor=1e-3,
+                warmup=2, log_every=1, progress=False, out_dir=str(out), image_root=str(world),
+                tables={k: str(v) for k, v in tables.items() if k != "root"})
+    base.update(kw)
+    return load_config(None, [], **base)
+
+
+def test_config_overrides_and_errors():
+    cfg = load_config(None, ["lr_clip=1e-4", "mode=clip-ft", "betas=[0.9, 0.98]", "max_steps=3"])
+    assert cfg.lr_clip == 1e-4 and cfg.mode == "clip-ft" and cfg.betas == (0.9, 0.98) and cfg.max_steps == 3
+    with pytest.raises(ValueError, match="unknown train config key"):
+        load_config(None, ["lr=1"])
+    with pytest.raises(ValueError, match="max_steps"):
+        load_config(None, ["max_steps=abc"])
+
+
+def test_schedule_is_the_reference_cosine():
+    f = warmup_cosine(50, 1000)
+    assert f(0) == pytest.approx(1 / 50) and f(49) == pytest.approx(1.0)
+    assert f(50) == pytest.approx(1.0) and f(525) == pytest.approx(0.5) and f(1000) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_param_groups_follow_the_reference(world):
+    from model.train import TrainConfig, build_task
+
+    task = build_task(TrainConfig(arch="macco-micro"))
+    groups = {g["name"]: g for g in param_groups(task, TrainConfig())}
+    names = {id(p): n for n, p in task.named_parameters()}
+    g2 = {names[id(p)] for p in groups["predictor"]["params"]}
+    assert "clip.logit_scale" in g2 and "text_mask_token" in g2 and "img_mask_token" in g2
+    assert any(n.startswith("text_predictor.") and n.endswith("bias") for n in g2)  # decayed, as the reference
+    g0 = {names[id(p)] for p in groups["clip_no_decay"]["params"]}
+    g1 = {names[id(p)] for p in groups["clip_decay"]["params"]}
+    assert "clip.visual.class_embedding" in g0 and "clip.positional_embedding" in g1
+    assert "clip.token_embedding.weight" in g1 and not any("ln_" in n or n.endswith("bias") for n in g1)
+    assert groups["predictor"]["weight_decay"] == 0.01 and groups["clip_decay"]["weight_decay"] == 0.2
+    assert len(g0) + len(g1) + len(g2) == len(list(task.parameters()))
+    moved = {names[id(p)] for p in param_groups(task, TrainConfig(logit_scale_group="clip"))[0]["params"]}
+    assert "clip.logit_scale" in moved
+
+
+def test_training_reduces_every_loss_and_export_loads_in_open_clip(world, world_tables, tmp_path):
+    cfg = cfg_for(world, world_tables, tmp_path / "run", max_steps=40, batch_size=16, lr_clip=3e-3,
+                  lr_predictor=3e-3, warmup=3, log_every=1)
+    s = train(cfg)
+    hist = s["history"]
+    for term in ("contrast_loss", "intra_modal_contrast_loss", "mask_loss_text", "mask_loss_image"):
+        first = sum(h[term] for h in hist[:5]) / 5
+        last = sum(h[term] for h in hist[-5:]) / 5
+        assert last < first, (term, first, last)
+    exp = s["export"]
+    register_model_configs()
+    model, _, preprocess = open_clip.create_model_and_transforms(f"local-dir:{exp['dir']}")
+    ck = torch.load(s["checkpoint"], weights_only=True)
+    keys = set(model.state_dict())
+    assert not any("predictor" in k or "mask_token" in k for k in keys)
+    from model.train import build_task
+    task = build_task(cfg)
+    task.load_state_dict(ck["task"])
+    tok = open_clip.get_tokenizer("ViT-B-32")
+    t = tok(["a red circle above a blue square"])
+    x = torch.randn(1, 3, 32, 32)
+    model.eval(), task.eval()
+    with torch.no_grad():
+        assert torch.allclose(model.encode_text(t), task.clip.encode_text(t), atol=1e-6)
+        assert torch.allclose(model.encode_image(x), task.clip.encode_image(x), atol=1e-6)
+    m2, _, _ = open_clip.create_model_and_transforms("macco-micro", pretrained=exp["pt"])
+    with torch.no_grad():
+        assert torch.allclose(m2.encode_text(t), model.encode_text(t), atol=1e-6)
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    assert rows[0].startswith("step,lr_clip,lr_predictor,contrast_loss") and len(rows) == 41
+    assert list((tmp_path / "run" / "logs").glob("events.out.tfevents.*"))
+
+
+def test_resume_continues_the_same_schedule(world, world_tables, tmp_path):
+    full = train(cfg_for(world, world_tables, tmp_path / "a", max_steps=6))
+    train(cfg_for(world, world_tables, tmp_path / "b", max_steps=6, save_every=3))
+    # b ran through; now pretend it was killed after its step-3 checkpoint
+    ck = sorted((tmp_path / "b" / "checkpoints").glob("step-*.pt"))
+    assert [p.name for p in ck] == ["step-0000003.pt", "step-0000006.pt"]
+    ck[-1].unlink()
+    resumed = train(cfg_for(world, world_tables, tmp_path / "b", max_steps=6, resume="auto"))
+    assert resumed["start_step"] == 3
+    a = {h["step"]: h for h in full["history"]}
+    for h in resumed["history"]:
+        for k in ("total_loss", "contrast_loss", "mask_loss_text", "mask_loss_image", "lr_clip"):
+            assert h[k] == pytest.approx(a[h["step"]][k], rel=1e-4, abs=1e-6), (h["step"], k)
+    wa = torch.load(full["checkpoint"], weights_only=True)["task"]
+    wb = torch.load(resumed["checkpoint"], weights_only=True)["task"]
+    for k in wa:
+        assert torch.allclose(wa[k].float(), wb[k].float(), atol=1e-5), k
+
+
+@pytest.mark.parametrize("mode,hardneg", [("clip-ft", False), ("text-only", False), ("image-only", False),
+                                          ("macco", True), ("clip-ft", True)])
+def test_every_mode_trains(world, world_tables, tmp_path, mode, hardneg):
+    s = train(cfg_for(world, world_tables, tmp_path / "m", max_steps=2, mode=mode, hardneg=hardneg))
+    assert s["steps"] == 2 and math.isfinite(s["history"][-1]["total_loss"])
+
+
+def test_non_finite_loss_stops_with_step_and_terms(world, world_tables, tmp_path):
+    with pytest.raises(NonFiniteLoss, match=r"non-finite loss at step \d+: .*contrast_loss"):
+        train(cfg_for(world, world_tables, tmp_path / "nan", max_steps=4, lr_clip=1e30, lr_predictor=1e30,
+                      warmup=1))
+
+
+def test_corrupt_images_are_skipped_and_counted(world, world_tables, tmp_path):
+    import shutil
+
+    root = tmp_path / "imgs"
+    shutil.copytree(world, root)
+    for p in list((root / "train2014").glob("*.jpg"))[:3]:
+        p.write_bytes(b"broken")
+    s = train(cfg_for(root, world_tables, tmp_path / "c", max_steps=6, image_root=str(root)))
+    assert s["skipped_images"] > 0 and s["history"][-1]["skipped_images"] == s["skipped_images"]
+
+
+def test_cli_train(world, world_tables, tmp_path, capsys):
+    import yaml
+
+    from macco.cli import main
+
+    cfg = {k: v for k, v in vars(cfg_for(world, world_tables, tmp_path / "cli", max_steps=2)).items()}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"train": cfg}))
+    assert main(["train", "--config", str(tmp_path / "t.yaml"), "mode=clip-ft", "max_steps=2"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 2
+
+
+def test_ddp_two_processes_gloo(world, world_tables, tmp_path):
+    """torchrun --nproc-per-node 2 on CPU (gloo): features gathered across ranks, one export."""
+    import yaml
+
+    cfg = {k: v for k, v in vars(cfg_for(world, world_tables, tmp_path / "ddp", max_steps=3, batch_size=4)).items()}
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump({"train": cfg}))
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                        "29533", "-m", "model.train", "--config", str(tmp_path / "d.yaml"), "device=cpu"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads((tmp_path / "ddp" / "summary.json").read_text())
+    assert summary["steps"] == 3 and (tmp_path / "ddp" / "export" / "open_clip_model.safetensors").exists()
