@@ -30,6 +30,8 @@ def cmd_world(args) -> int:
         summary = generate_world(args.out, WorldConfig(seed=args.seed, images=args.images, size=args.size))
         for split, s in summary["splits"].items():
             print(f"{split:<5} {s['images']:>6} images {s['captions']:>7} captions {s['boxes']:>6} boxes")
+        for name, n in summary.get("benchmarks", {}).items():
+            print(f"benchmark {name:<45} {n:>6} cases")
         print(f"wrote {args.out}")
     if args.preview is not None:
         root = args.out or args.root
@@ -171,6 +173,35 @@ def cmd_train(args, extra=()) -> int:
     return 0
 
 
+def cmd_eval(args) -> int:
+    from model.benchmarks import BENCHMARKS, EvalConfig, evaluate
+
+    roots = {}
+    if args.world:
+        roots.update(json.loads((Path(args.world) / "benchmarks" / "benchmarks.json").read_text())["roots"])
+    names = args.benchmark
+    if args.root:
+        if len(names) != 1 or names[0] == "all":
+            print("macco eval: --root goes with exactly one --benchmark (use --world for all)", file=sys.stderr)
+            return 2
+        roots[names[0]] = str(args.root)
+    cfg = EvalConfig(model=args.model, checkpoint=args.checkpoint, roots=roots, device=args.device,
+                     batch_size=args.batch_size, autocast=args.autocast, strict=args.strict,
+                     aro_exclusion=args.aro_exclusion, vga_min_count=args.vga_min_count, vlc_mode=args.vlc_mode,
+                     seed=args.seed)
+    out = evaluate(cfg, names, args.out, args.results_table)
+    for b, r in out["benchmarks"].items():
+        for s, v in r["subsets"].items():
+            acc = v.get("accuracy", v.get("top1", v.get("group")))
+            print(f"{b:<13} {s:<45} n={v.get('n', 0):>6} acc={'-' if acc is None else f'{acc:.4f}'} "
+                  f"ties={v.get('ties', 0)} missing={v.get('missing_images', 0)}")
+        print(f"{b:<13} groups: " + ", ".join(f"{k}={v:.4f}" for k, v in r["groups"].items()
+                                             if isinstance(v, float)))
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="macco", description=__doc__)
     sub = p.add_subparsers(dest="verb", required=True)
@@ -242,8 +273,27 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--config", help="YAML with the train settings (model/train.py TrainConfig)")
     tr.set_defaults(fn=cmd_train, takes_extra=True)
 
+    ev = sub.add_parser("eval", help="evaluate a model on the compositionality benchmarks (original files)")
+    ev.add_argument("--model", required=True, help="open_clip architecture or local-dir:PATH")
+    ev.add_argument("--checkpoint", help="weights file for --model")
+    ev.add_argument("--benchmark", nargs="+", required=True,
+                    help="aro-vgr aro-vga coco-order flickr-order sugarcrepe vl-checklist valse whatsup winoground "
+                         "zeroshot all")
+    ev.add_argument("--root", type=Path, help="the benchmark's root directory (one benchmark)")
+    ev.add_argument("--world", type=Path, help="a synthetic world: its benchmarks/ sets")
+    ev.add_argument("--out", type=Path, help="JSON results file")
+    ev.add_argument("--results-table", type=Path, help="append rows to this eval_results table directory")
+    ev.add_argument("--device", default="cpu")
+    ev.add_argument("--batch-size", type=int, default=64)
+    ev.add_argument("--autocast", action="store_true", help="autocast (default fp32)")
+    ev.add_argument("--strict", action="store_true", help="missing images are fatal")
+    ev.add_argument("--aro-exclusion", choices=("aro_notebook", "macco"), default="aro_notebook")
+    ev.add_argument("--vga-min-count", type=int, default=25)
+    ev.add_argument("--vlc-mode", choices=("authors", "all"), default="authors")
+    ev.add_argument("--seed", type=int, default=1, help="Order perturbation seed (ARO authors: 1)")
+    ev.set_defaults(fn=cmd_eval)
+
     for verb, issue, text in [
-        ("eval", "issue 7", "evaluate a model on the compositionality benchmarks"),
         ("run", "issue 8", "run the whole DAG (Prefect flow)"),
     ]:
         sp = sub.add_parser(verb, help=text, description=text)

@@ -218,6 +218,7 @@ class WorldConfig:
     size: int = 64
     eval_fraction: float = 0.2
     captions_per_image: int = 5
+    benchmarks: bool = True  # also write the held-out benchmark sets (benchmarks/) from the test split
 
 
 def split_counts(cfg: WorldConfig) -> dict[str, int]:
@@ -283,6 +284,10 @@ def generate_world(out: str | Path, cfg: WorldConfig) -> dict:
     _write_json(out / "dataset_coco.json", karpathy)
     _write_json(out / "world.json", {"config": asdict(cfg), "kinds": list(KINDS), "colours": list(COLOURS),
                                      "sizes": list(SIZES), "relations": list(RELATIONS)})
+    if cfg.benchmarks:
+        from pipeline.world_benchmarks import write_benchmarks
+
+        summary["benchmarks"] = write_benchmarks(out, seed=cfg.seed)["counts"]
     return summary
 
 

@@ -1,0 +1,102 @@
+"""MACCO step time / CLIP-FT step time at equal batch (tiny and ViT-B/32, CPU; target <= 2.2), and peak memory
+of the text reconstruction with masked-only vocabulary logits / all-77-position logits (target <= 0.5)."""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def step_time(arch: str, mode: str, batch: int, steps: int) -> float:
+    import torch
+
+    from model.train import TrainConfig, build_task, param_groups
+
+    torch.manual_seed(0)
+    cfg = TrainConfig(arch=arch, mode=mode)
+    task = build_task(cfg)
+    size = task.grid * task.patch_size
+    opt = torch.optim.AdamW(param_groups(task, cfg), betas=cfg.betas, eps=cfg.eps)
+    images = torch.randn(batch, 3, size, size)
+    texts = torch.randint(1, 49000, (batch, 77))
+    texts[:, 0], texts[:, 20] = 49406, 49407
+    texts[:, 21:] = 0
+    tm = torch.zeros(batch, 77, dtype=torch.bool)
+    tm[:, 3:8] = True
+    im = torch.zeros(batch, task.grid ** 2, dtype=torch.bool)
+    im[:, : task.grid ** 2 // 4] = True
+    times = []
+    for i in range(steps + 1):
+        t0 = time.perf_counter()
+        out = task(images, texts, tm, im)
+        out["total_loss"].backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i:
+            times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def head_memory(masked_only: bool, batch: int = 128, width: int = 512, masked_per_caption: int = 8) -> None:
+    """Child process: text predictor forward+backward at ViT-B/32 width; prints peak RSS (MB)."""
+    import torch
+
+    from model.losses import masked_text_nll
+    from model.predictors import TextPredictor
+
+    torch.manual_seed(0)
+    pred = TextPredictor(width, 8, 2)
+    x, g = torch.randn(batch, 77, width, requires_grad=True), torch.randn(batch, width)
+    y, yg = torch.randn(batch, 50, width), torch.randn(batch, width)
+    texts = torch.randint(0, 49408, (batch, 77))
+    tm = torch.zeros(batch, 77, dtype=torch.bool)
+    tm[:, 2:2 + masked_per_caption] = True
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if masked_only:
+        logp = pred(x, g, y, yg, positions=tm)
+        loss = masked_text_nll(logp, texts[tm], tm.nonzero()[:, 0], batch)
+    else:  # the reference: log-probabilities at all 77 positions, then the mask
+        logp = pred(x, g, y, yg)
+        nll = -logp.gather(2, texts.unsqueeze(-1)).squeeze(-1)
+        m = tm.float()
+        loss = ((nll * m).sum(1) / m.sum(1).clamp(min=1)).mean()
+    loss.backward()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_mb": (peak - base) / 1024}))
+
+
+def main(steps: int = 5) -> dict:
+    res: dict = {}
+    for arch, batch in (("macco-tiny", 32), ("ViT-B-32", 8)):
+        m = step_time(arch, "macco", batch, steps)
+        c = step_time(arch, "clip-ft", batch, steps)
+        res[arch] = {"macco_s": m, "clip_ft_s": c, "ratio": m / c, "batch": batch}
+        print(f"train step {arch:<10} batch {batch:>3}: MACCO {m:.3f} s, CLIP-FT {c:.3f} s, ratio {m / c:.2f} "
+              f"(target <= 2.2: {'met' if m / c <= 2.2 else 'NOT met'})")
+    mem = {}
+    for masked in (True, False):
+        out = subprocess.run([sys.executable, __file__, "--head-memory", str(int(masked))], capture_output=True,
+                             text=True, check=True)
+        mem[masked] = json.loads(out.stdout.strip().splitlines()[-1])["peak_mb"]
+    ratio = mem[True] / mem[False]
+    res["text_head_memory"] = {"masked_only_mb": mem[True], "all_positions_mb": mem[False], "ratio": ratio}
+    print(f"text reconstruction peak memory (B=128, width 512, 8 masked/caption): masked-only {mem[True]:.0f} MB, "
+          f"all 77 positions {mem[False]:.0f} MB, ratio {ratio:.2f} (target <= 0.5: {'met' if ratio <= 0.5 else 'NOT met'})")
+    return res
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--head-memory", type=int, choices=(0, 1))
+    a = ap.parse_args()
+    if a.head_memory is not None:
+        head_memory(bool(a.head_memory))
+    else:
+        main(a.steps)

