@@ -178,7 +178,9 @@ def cmd_eval(args) -> int:
 
     roots = {}
     if args.world:
-        roots.update(json.loads((Path(args.world) / "benchmarks" / "benchmarks.json").read_text())["roots"])
+        from pipeline.world_benchmarks import benchmark_roots
+
+        roots.update(benchmark_roots(args.world))
     names = args.benchmark
     if args.root:
         if len(names) != 1 or names[0] == "all":

@@ -209,7 +209,13 @@ def write_benchmarks(world: str | Path, out: str | Path | None = None, seed: int
                                          for x in opts]})
     _dump(wu / "controlled_images_dataset.json", ctrl)
     counts["whatsup/controlled_a"] = len(ctrl)
-    roots = {"aro-vgr": str(aro), "aro-vga": str(aro), "coco-order": str(aro), "sugarcrepe": str(sc_root),
-             "vl-checklist": str(vlc), "valse": str(va), "whatsup": str(wu)}
-    _dump(out / "benchmarks.json", {"roots": roots, "counts": counts, "seed": seed})
-    return {"roots": roots, "counts": counts}
+    rel = {"aro-vgr": "aro", "aro-vga": "aro", "coco-order": "aro", "sugarcrepe": "sugarcrepe",
+           "vl-checklist": "vl-checklist", "valse": "valse", "whatsup": "whatsup"}
+    _dump(out / "benchmarks.json", {"roots": rel, "counts": counts, "seed": seed})  # roots relative to this file
+    return {"roots": {k: str(out / v) for k, v in rel.items()}, "counts": counts}
+
+
+def benchmark_roots(world: str | Path) -> dict[str, str]:
+    """Absolute benchmark roots of a world's ``benchmarks/`` sets."""
+    base = Path(world) / "benchmarks"
+    return {k: str(base / v) for k, v in json.loads((base / "benchmarks.json").read_text())["roots"].items()}

@@ -110,8 +110,10 @@ def test_batched_scorer_equals_a_naive_per_sample_loop(world):
 
 
 def test_every_synthetic_set_reads_back_with_its_counts(world):
-    bench = json.loads((world / "benchmarks" / "benchmarks.json").read_text())
-    roots, counts = bench["roots"], bench["counts"]
+    from pipeline.world_benchmarks import benchmark_roots
+
+    counts = json.loads((world / "benchmarks" / "benchmarks.json").read_text())["counts"]
+    roots = benchmark_roots(world)
     assert len(aro.load_vg(roots["aro-vgr"], "relation")) == counts["aro-vgr"]
     assert len(aro.load_vg(roots["aro-vga"], "attribution")) == counts["aro-vga"]
     order = aro.load_order(f"{roots['coco-order']}/coco_karpathy_test.json", roots["coco-order"], "coco-order")
