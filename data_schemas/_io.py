@@ -152,10 +152,15 @@ class ShardedTableWriter:
     ``finalize`` publishes the table (manifest + rename) once every shard is present.
     """
 
-    def __init__(self, spec: TableSpec, out_dir: str | Path, n_shards: int):
+    def __init__(self, spec: TableSpec, out_dir: str | Path, n_shards: int, fingerprint: str = ""):
         self.spec, self.out_dir, self.n_shards = spec, Path(out_dir), n_shards
         self.partial = self.out_dir.with_name(self.out_dir.name + ".partial")
+        stamp = self.partial / ".fingerprint"
+        if self.partial.exists() and (not stamp.exists() or stamp.read_text() != fingerprint):
+            shutil.rmtree(self.partial)  # shards of another config/input: not reusable
         self.partial.mkdir(parents=True, exist_ok=True)
+        if not stamp.exists():
+            stamp.write_text(fingerprint)
 
     def shard_path(self, i: int) -> Path:
         return self.partial / f"part-{i:05d}.parquet"
@@ -174,8 +179,8 @@ class ShardedTableWriter:
         missing = [i for i in range(self.n_shards) if not self.has_shard(i)]
         if missing:
             raise TableError(f"table {self.spec.name}: shards {missing[:10]} not written; cannot finalize")
-        for stray in self.partial.glob(".*.tmp"):
-            stray.unlink()
+        for stray in list(self.partial.glob(".*.tmp")) + [self.partial / ".fingerprint"]:
+            stray.unlink(missing_ok=True)
         return _finalize(self.spec, self.partial, self.out_dir, config, code_version, extra)
 
 

@@ -27,14 +27,30 @@ def code_version(*modules: str) -> str:
     return h.hexdigest()[:12]
 
 
+def n_shards_for(n_items: int, shard_size: int) -> int:
+    return max(1, -(-n_items // shard_size))
+
+
 def run_sharded(items: list, shard_size: int, out_dirs: dict[str, Path],
                 fn: Callable[[list], dict[str, list[dict]]], *, config: dict, version: str,
-                progress: Callable[[int, int], None] | None = None) -> dict[str, dict]:
-    """Run ``fn`` over shards of ``items``; each call returns {table: rows}; finished shards are skipped."""
-    n_shards = max(1, -(-len(items) // shard_size))
-    writers = {name: ShardedTableWriter(TABLES[name], d, n_shards) for name, d in out_dirs.items()}
+                progress: Callable[[int, int], None] | None = None, only: Iterable[int] | None = None,
+                finalize: bool = True, reuse: bool = False) -> dict[str, dict]:
+    """Run ``fn`` over shards of ``items``; each call returns {table: rows}; finished shards are skipped.
+
+    ``only`` restricts the call to some shards (an orchestrator maps shards over workers); ``finalize=False``
+    leaves the table unpublished (a later call with ``only=[]`` publishes it once every shard exists).
+    With ``reuse`` (content-keyed output directories) complete outputs are returned as they are. Unfinished
+    shards of a killed run are kept only if they were written with the same config, code and inputs.
+    """
+    if reuse and all(is_complete(d) for d in out_dirs.values()):
+        return {name: read_manifest(d) for name, d in out_dirs.items()}
+    n_shards = n_shards_for(len(items), shard_size)
+    fingerprint = hashlib.sha256(json.dumps([config, version, shard_size, len(items)], sort_keys=True,
+                                            default=str).encode()).hexdigest()
+    writers = {name: ShardedTableWriter(TABLES[name], d, n_shards, fingerprint) for name, d in out_dirs.items()}
+    todo = set(range(n_shards)) if only is None else set(only)
     for i in range(n_shards):
-        if all(w.has_shard(i) for w in writers.values()):
+        if i not in todo or all(w.has_shard(i) for w in writers.values()):
             if progress:
                 progress(i + 1, n_shards)
             continue
@@ -43,8 +59,11 @@ def run_sharded(items: list, shard_size: int, out_dirs: dict[str, Path],
             w.write_shard(i, TABLES[name].from_rows(out.get(name, [])))
         if progress:
             progress(i + 1, n_shards)
+    if not finalize:
+        return {}
     extra = {"shards": n_shards, "shard_size": shard_size}
     return {name: w.finalize(config=config, code_version=version, extra=extra) for name, w in writers.items()}
+
 
 
 def _load_rows(path: Path, table: str, columns: list[str] | None = None) -> list[dict]:
@@ -120,15 +139,19 @@ def read_caption_input(path: str | Path) -> list[dict]:
     return read.rows
 
 
-def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None) -> dict[str, dict]:
+def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None, only=None,
+                finalize: bool = True, reuse: bool = False) -> dict[str, dict]:
     """Scene graphs + CLIP token masks for ``captions``: ``out/{scene_graphs,token_masks,errors}``."""
     from pipeline.scene_graph import load_nlp, make_sng, parse_captions
     from pipeline.tokens import token_mask_rows
 
-    nlp = load_nlp(cfg.spacy_model)
-    sng = make_sng(cfg.spacy_model) if cfg.parser == "sng" else None
+    loaded: dict = {}
 
     def shard(rows: list[dict]) -> dict[str, list[dict]]:
+        if not loaded:  # models load once per call, and only if a shard needs work
+            loaded["nlp"] = load_nlp(cfg.spacy_model)
+            loaded["sng"] = make_sng(cfg.spacy_model) if cfg.parser == "sng" else None
+        nlp, sng = loaded["nlp"], loaded["sng"]
         res = parse_captions(rows, nlp, parser=cfg.parser, batch_size=cfg.batch_size, n_process=cfg.n_process,
                              sng=sng)
         tm, tm_err = token_mask_rows(rows, res.graphs, cfg.clip_model, cfg.context_length)
@@ -137,7 +160,8 @@ def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None
     ver = code_version("pipeline.scene_graph", "pipeline.tokens", "pipeline.stages")
     return run_sharded(captions, cfg.shard_size,
                        {n: out / n for n in ("scene_graphs", "token_masks", "errors")}, shard,
-                       config=asdict(cfg), version=ver, progress=progress)
+                       config=asdict(cfg), version=ver, progress=progress, only=only, finalize=finalize,
+                       reuse=reuse)
 
 
 # ---- ground ----------------------------------------------------------------------------------------------
@@ -165,14 +189,14 @@ def object_queries(concepts: list[dict]) -> tuple[dict[int, str], dict[int, list
 
 def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root: str | Path | None,
                  out: Path, *, grounder=None, instances: dict | None = None, shard_size: int = 500,
-                 progress=None) -> dict[str, dict]:
+                 progress=None, only=None, finalize: bool = True, reuse: bool = False) -> dict[str, dict]:
     """Ground every attribute/relation phrase: ``out/regions`` + ``out/errors`` (sharded by image)."""
     from PIL import Image
 
     from data_schemas.errors import error_row
     from pipeline.grounding.base import GroundItem, make_grounder
 
-    grounder = grounder or make_grounder(cfg, instances)
+    loaded = {"g": grounder}
     by_caption: dict[int, list[dict]] = {}
     for r in scene_graphs:
         by_caption.setdefault(r["caption_id"], []).append(r)
@@ -183,6 +207,9 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
     image_ids = sorted(images)
 
     def shard(ids: list[int]) -> dict[str, list[dict]]:
+        if loaded["g"] is None:  # the model loads once per call, and only if a shard needs work
+            loaded["g"] = make_grounder(cfg, instances)
+        grounder = loaded["g"]
         regions, errors, items, plans = [], [], [], []
         for iid in ids:
             info = images[iid]
@@ -237,7 +264,7 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
     ver = code_version("pipeline.grounding.base", f"pipeline.grounding.{_backend_module(cfg.backend)}",
                        "pipeline.stages")
     return run_sharded(image_ids, shard_size, {"regions": out / "regions", "errors": out / "errors"}, shard,
-                       config=conf, version=ver, progress=progress)
+                       config=conf, version=ver, progress=progress, only=only, finalize=finalize, reuse=reuse)
 
 
 def _backend_module(backend: str) -> str:

@@ -47,12 +47,9 @@ def test_parse_stage_resumes_unfinished_shards(world, tmp_path):
     full = parse_stage(cfg, rows, tmp_path / "a", progress=lambda i, n: seen.append((i, n)))
     n = full["scene_graphs"]["shards"]
     assert n == -(-len(rows) // 10) and seen[-1] == (n, n)
-    # simulate a killed run: only shard 0 was written
-    from data_schemas import ShardedTableWriter
-    partial = parse_stage(cfg, rows[:10], tmp_path / "tmp")  # shard 0 content
-    for name in ("scene_graphs", "token_masks", "errors"):
-        w = ShardedTableWriter(TABLES[name], tmp_path / "b" / name, n)
-        w.write_shard(0, read_table(TABLES[name], tmp_path / "tmp" / name))
+    # a killed run: shard 0 written, nothing published
+    assert parse_stage(cfg, rows, tmp_path / "b", only=[0], finalize=False) == {}
+    assert not (tmp_path / "b" / "scene_graphs").exists()
     calls = []
     import pipeline.scene_graph as sgmod
     orig = sgmod.parse_captions
@@ -69,4 +66,13 @@ def test_parse_stage_resumes_unfinished_shards(world, tmp_path):
     assert len(calls) == n - 1  # shard 0 was not recomputed
     assert resumed["scene_graphs"]["content_hash"] == full["scene_graphs"]["content_hash"]
     assert resumed["token_masks"]["content_hash"] == full["token_masks"]["content_hash"]
-    assert partial["scene_graphs"]["rows"] > 0
+    # shards written under another config are not reused
+    parse_stage(cfg, rows, tmp_path / "c", only=[0], finalize=False)
+    other = ParseConfig(shard_size=10, context_length=76)
+    calls.clear()
+    sgmod.parse_captions = counting
+    try:
+        parse_stage(other, rows, tmp_path / "c")
+    finally:
+        sgmod.parse_captions = orig
+    assert len(calls) == n
