@@ -6,6 +6,7 @@ OFFLINE_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",  # a cold ephemeral server takes 15-75 s here
 }
 
 

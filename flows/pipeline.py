@@ -1,0 +1,237 @@
+"""The MACCO DAG as one Prefect flow: world -> captions -> parse -> ground -> masks -> validate -> train ->
+evaluate -> report.
+
+Parameters: ``config`` (YAML path), ``stages`` (which to run; others are read back from the artifacts folder
+and must exist) and ``force`` (which to redo). A stage whose content-keyed output directory is complete is
+``Cached``; a forced stage re-runs, and downstream stages re-run only if its output content changed (their
+keys hash the upstream content, not the run).
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from prefect import flow, get_run_logger, unmapped
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+from flows.config import STAGES, key_of, load_config
+from flows.tasks import (captions_task, evaluate_task, ground_finalize_task, ground_items, ground_shard_task,
+                         masks_task, n_shards, parse_finalize_task, parse_shard_task, read_stage, report_task,
+                         stage_done, train_fields, train_task, validate_task, world_task)
+
+
+def _version(*modules: str) -> str:
+    from pipeline.stages import code_version
+
+    return code_version(*modules)
+
+
+class StageMissing(RuntimeError):
+    pass
+
+
+class _Runner:
+    def __init__(self, cfg: dict, stages: list[str], force: list[str]):
+        unknown = sorted(set(stages) - set(STAGES)) + sorted(set(force) - set(STAGES))
+        if unknown:
+            raise ValueError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
+        self.cfg, self.stages, self.force = cfg, stages, force
+        self.art = Path(cfg["artifacts"])
+        self.log = get_run_logger()
+
+    def dir(self, stage: str, key: str) -> Path:
+        return self.art / stage / key
+
+    def prepare(self, stage: str, out: Path) -> tuple[bool, bool]:
+        """(run it?, refresh the Prefect cache?) for a stage whose output directory is ``out``."""
+        if stage not in self.stages:
+            if stage_done(out):
+                return False, False
+            raise StageMissing(f"stage {stage!r} is not selected and has no complete output at {out}; "
+                               f"run it first (stages=[{stage!r}, ...])")
+        if stage in self.force and out.exists():
+            shutil.rmtree(out)
+        return True, not stage_done(out)
+
+    def call(self, stage: str, task, out: Path, key: str, **kw) -> dict:
+        run, refresh = self.prepare(stage, out)
+        if not run:
+            return read_stage(out)
+        t = task.with_options(refresh_cache=True) if refresh else task
+        return t(**kw, out=str(out), key=key)
+
+    def mapped(self, stage: str, shard_task, final_task, out: Path, key: str, n: int, **kw) -> dict:
+        """Shard tasks mapped over the flow's task runner (threads, or Dask workers), then the publishing task."""
+        run, refresh = self.prepare(stage, out)
+        if not run:
+            return read_stage(out)
+        if refresh:
+            progress = create_progress_artifact(progress=0.0, key=f"{stage}-shards",
+                                                description=f"{stage}: shards written")
+            futures = shard_task.with_options(refresh_cache=True).map(
+                **{k: unmapped(v) for k, v in kw.items()}, out=unmapped(str(out)), shard=list(range(n)),
+                key=[f"{key}-{i}" for i in range(n)])
+            from prefect.futures import as_completed
+
+            for done, fut in enumerate(as_completed(futures), 1):
+                fut.result()
+                update_progress_artifact(progress, progress=100.0 * done / n)
+                self.log.info("%s: shard %d/%d done", stage, done, n)
+        t = final_task.with_options(refresh_cache=True) if refresh else final_task
+        return t(**kw, out=str(out), key=key)
+
+
+@flow(name="macco", log_prints=True)
+def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None = None,
+                   force: list[str] | None = None, overrides: dict | None = None) -> dict:
+    cfg = load_config(config, overrides)
+    r = _Runner(cfg, list(stages or STAGES), list(force or []))
+    out: dict = {"config": config}
+
+    # world (the embedded default) or a user's COCO-layout root
+    if cfg["data"]["root"] is None:
+        key = key_of("world", cfg["world"], _version("pipeline.world", "pipeline.world_benchmarks"))
+        world = r.call("world", world_task, r.dir("world", key), key, cfg=cfg["world"])
+        root, root_hash = world["dir"], world["content_hash"]
+        out["world"] = world
+    else:
+        root = str(Path(cfg["data"]["root"]).resolve())
+        anns = sorted((Path(root) / "annotations").glob("*.json"))
+        root_hash = key_of([(str(a), a.stat().st_size, a.stat().st_mtime_ns) for a in anns])
+
+    key = key_of("captions", root_hash, cfg["data"], _version("pipeline.captions", "pipeline.stages"))
+    captions = r.call("captions", captions_task, r.dir("captions", key), key, root=root, data=cfg["data"])
+
+    pcfg = cfg["parse"]
+    key = key_of("parse", captions["content_hash"], pcfg,
+                 _version("pipeline.scene_graph", "pipeline.tokens", "pipeline.stages"))
+    parse = r.mapped("parse", parse_shard_task, parse_finalize_task, r.dir("parse", key), key,
+                     n_shards(captions["tables"]["captions"]["rows"], pcfg["shard_size"]), captions=captions,
+                     cfg=pcfg)
+
+    gcfg = cfg["ground"]
+    backend = gcfg["backend"]
+    weights = [gcfg.get(k) for k in ("checkpoint", "model_dir") if gcfg.get(k)]
+    from model.export import file_sha256
+
+    weight_sha = [file_sha256(w) if Path(w).is_file() else w for w in weights]
+    key = key_of("ground", captions["content_hash"], parse["content_hash"], gcfg, weight_sha,
+                 _version("pipeline.grounding.base", f"pipeline.grounding.{backend}", "pipeline.stages"))
+    gdir = r.dir("ground", key)
+    n_img = ground_items(captions, parse) if not stage_done(gdir) else 1
+    ground = r.mapped("ground", ground_shard_task, ground_finalize_task, gdir, key,
+                      n_shards(n_img, gcfg["shard_size"]), captions=captions, parse=parse, cfg=gcfg)
+
+    key = key_of("masks", ground["content_hash"], captions["content_hash"], cfg["masks"],
+                 _version("pipeline.patches", "data_schemas.geometry", "pipeline.stages"))
+    masks = r.call("masks", masks_task, r.dir("masks", key), key, captions=captions, ground=ground, cfg=cfg["masks"])
+
+    tables = {"captions": captions["tables"]["captions"]["dir"],
+              "scene_graphs": parse["tables"]["scene_graphs"]["dir"],
+              "token_masks": parse["tables"]["token_masks"]["dir"], "regions": ground["tables"]["regions"]["dir"],
+              "patch_masks": masks["tables"]["patch_masks"]["dir"],
+              "errors": [captions["tables"]["errors"]["dir"], parse["tables"]["errors"]["dir"],
+                         ground["tables"]["errors"]["dir"]]}
+    key = key_of("validate", captions["content_hash"], parse["content_hash"], ground["content_hash"],
+                 masks["content_hash"], cfg["validate"], _version("data_schemas.checks", *(
+                     f"data_schemas.{t}" for t in ("captions", "scene_graphs", "token_masks", "regions",
+                                                   "patch_masks", "errors"))))
+    vdir = r.dir("validate", key)
+    if "validate" in r.stages:
+        out["validate"] = validate_task(tables, cfg["validate"]["params"], str(vdir), key)
+    else:
+        import json
+
+        rep = vdir / "report.json"
+        if not rep.exists() or json.loads(rep.read_text())["status"] != "pass":
+            raise StageMissing(f"the mask tables have no passing validation at {rep}; run stages=['validate']")
+        out["validate"] = json.loads(rep.read_text())
+
+    # training: an optional base run, then each fine-tune x seed from the base's export
+    tcfg = cfg["train"]
+    known = train_fields()
+    for section in [tcfg["common"], tcfg["base"] or {}, *tcfg["runs"].values()]:
+        bad = sorted(set(section) - known)
+        if bad:
+            raise ValueError(f"config train: unknown TrainConfig field(s) {bad}")
+    train_tables = {k: tables[k] for k in ("captions", "token_masks", "scene_graphs", "regions")}
+    model_code = _version("model.task", "model.masked", "model.predictors", "model.losses", "model.data",
+                          "model.train", "model.export")
+    table_hashes = [parse["content_hash"], ground["content_hash"], captions["content_hash"]]
+
+    def settings_for(over: dict, seed: int, init: dict | None) -> tuple[dict, str]:
+        s = {**tcfg["common"], **over, "arch": over.get("arch", tcfg["arch"]), "seed": seed,
+             "tables": train_tables, "image_root": root}
+        if init is not None:
+            s["pretrained"] = init["export_pt"]
+        elif tcfg["pretrained"]:
+            s["pretrained"] = tcfg["pretrained"]
+        k = key_of("train", {a: b for a, b in s.items() if a not in ("tables", "image_root", "pretrained")},
+                   table_hashes, init["content_hash"] if init else s.get("pretrained"), model_code)
+        return s, k
+
+    runs: dict[str, list[dict]] = {}
+    base = None
+    if tcfg["base"]:
+        s, k = settings_for(tcfg["base"], int(tcfg["base"].get("seed", 0)), None)
+        base = r.call("train", train_task, r.art / "runs" / f"base-{k}", k, name="base", settings=s,
+                      nproc=tcfg["torchrun_nproc"])
+        runs["base"] = [base]
+    for name, over in tcfg["runs"].items():
+        for seed in tcfg["seeds"]:
+            s, k = settings_for(over, seed, base)
+            runs.setdefault(name, []).append(
+                r.call("train", train_task, r.art / "runs" / f"{name}-s{seed}-{k}", k, name=f"{name}-s{seed}",
+                       settings=s, nproc=tcfg["torchrun_nproc"]))
+    out["train"] = runs
+
+    # evaluation of every model on every benchmark set
+    ecfg = cfg["evaluate"]
+    if ecfg["roots"]:
+        roots = dict(ecfg["roots"])
+        roots_hash = key_of(sorted(roots.items()))
+    else:
+        from pipeline.world_benchmarks import benchmark_roots
+
+        roots, roots_hash = benchmark_roots(root), root_hash
+    if ecfg["benchmarks"] != "all":
+        roots = {b: roots[b] for b in ecfg["benchmarks"]}
+    eval_cfg = {**ecfg["settings"], "roots": roots}
+    models = list(runs) if ecfg["models"] == "all" else list(ecfg["models"])
+    evals: dict[str, list[dict]] = {}
+    eval_code = _version("model.benchmarks", "model.benchmarks.scoring", "model.benchmarks.aro",
+                         "model.benchmarks.sugarcrepe", "model.benchmarks.vlchecklist", "model.benchmarks.valse",
+                         "model.benchmarks.whatsup", "model.benchmarks.winoground")
+    for label in models:
+        for run in runs[label]:
+            k = key_of("evaluate", run["content_hash"], {**ecfg["settings"], "roots": sorted(roots)}, roots_hash,
+                       eval_code)
+            evals.setdefault(label, []).append(
+                r.call("evaluate", evaluate_task, r.dir("evaluate", k), k, label=run["name"], run=run,
+                       eval_cfg=eval_cfg))
+    out["evaluate"] = evals
+
+    if "report" in r.stages:
+        n_seeds = len(tcfg["seeds"])
+        note = (f"Synthetic world, {n_seeds} seed{'s' if n_seeds > 1 else ''} per fine-tune "
+                f"({'mean ± sd over seeds' if n_seeds > 1 else 'a single seed: no spread estimate'}).")
+        report_dir = r.art / "runs" / cfg["name"]
+        out["report"] = report_task(evals, str(report_dir), f"{cfg['name']}: base vs fine-tunes", note)
+        print(open(out["report"]["markdown"]).read())
+    return out
+
+
+def run_flow(config: str, stages: list[str] | None = None, force: list[str] | None = None,
+             overrides: dict | None = None) -> dict:
+    """Run the flow without a deployment, on a Dask cluster when the config names one."""
+    cfg = load_config(config, overrides)
+    flow_obj = macco_pipeline
+    dask = cfg["dask"]
+    if dask["address"] or dask["local_workers"]:
+        from prefect_dask import DaskTaskRunner
+
+        runner = DaskTaskRunner(address=dask["address"]) if dask["address"] else DaskTaskRunner(
+            cluster_kwargs={"n_workers": dask["local_workers"], "threads_per_worker": 1, "processes": True,
+                            "dashboard_address": None})
+        flow_obj = macco_pipeline.with_options(task_runner=runner)
+    return flow_obj(config=config, stages=stages, force=force, overrides=overrides)

@@ -1,0 +1,313 @@
+"""Prefect tasks wrapping the pure stage functions. Every task writes under ``artifacts/<stage>/<key>/`` and
+returns a small JSON manifest. The key hashes the upstream manifests' content hashes, the stage config and the
+stage's code version (and weights' sha256 where used), so Prefect's cache (``cache_key_fn`` = that key) and the
+artifact directory agree: a new process, a new day or a colleague sharing the artifacts folder skips finished
+work, and the flow refreshes a task whose outputs are missing.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from dataclasses import fields
+from pathlib import Path
+
+from prefect import get_run_logger, task
+
+from data_schemas import TABLES, is_complete, read_table
+
+STAGE_FILE = "stage.json"
+
+
+def _key_fn(ctx, params) -> str:
+    return f"{ctx.task.name}-{params['key']}"
+
+
+def cached_task(**kw):
+    return task(cache_key_fn=_key_fn, persist_result=True, result_serializer="json", **kw)
+
+
+def stage_done(d: str | Path) -> bool:
+    """A stage directory is done when its ``stage.json`` exists and every table it lists is complete."""
+    p = Path(d) / STAGE_FILE
+    if not p.exists():
+        return False
+    m = json.loads(p.read_text())
+    return all(is_complete(t["dir"]) for t in m.get("tables", {}).values()) and \
+        all(Path(f).exists() for f in m.get("files", []))
+
+
+def write_stage(d: Path, manifest: dict) -> dict:
+    tmp = d / f".{STAGE_FILE}.{uuid.uuid4().hex}"
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    tmp.replace(d / STAGE_FILE)
+    return manifest
+
+
+def read_stage(d: str | Path) -> dict:
+    return json.loads((Path(d) / STAGE_FILE).read_text())
+
+
+def tables_of(manifests: dict[str, dict]) -> dict:
+    return {n: {"dir": str(Path(m["dir"]) if "dir" in m else ""), "content_hash": m["content_hash"],
+                "rows": m["rows"]} for n, m in manifests.items()}
+
+
+def _with_dirs(manifests: dict[str, dict], base: Path) -> dict:
+    return {n: {**m, "dir": str(base / n)} for n, m in manifests.items()}
+
+
+def _files_hash(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+# ---- world ------------------------------------------------------------------------------------------------
+@cached_task(name="world")
+def world_task(cfg: dict, out: str, key: str) -> dict:
+    from pipeline.world import WorldConfig, generate_world
+
+    out = Path(out)
+    if stage_done(out):
+        return read_stage(out)
+    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex}")
+    summary = generate_world(tmp, WorldConfig(**cfg))
+    tmp.mkdir(parents=True, exist_ok=True)
+    write_stage(tmp, {"stage": "world", "key": key, "dir": str(out), "content_hash": _files_hash(tmp),
+                      "summary": summary})
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.replace(out)
+    m = read_stage(out)
+    get_run_logger().info("world: %s", {s: v["images"] for s, v in summary["splits"].items()})
+    return m
+
+
+# ---- captions ---------------------------------------------------------------------------------------------
+@cached_task(name="captions")
+def captions_task(root: str, data: dict, out: str, key: str) -> dict:
+    from pipeline.stages import CaptionsConfig, captions_stage
+
+    out = Path(out)
+    if stage_done(out):
+        return read_stage(out)
+    out.mkdir(parents=True, exist_ok=True)
+    m = captions_stage(CaptionsConfig(root=root, splits=tuple(data["splits"]), karpathy=data.get("karpathy")), out)
+    get_run_logger().info("captions: %d rows, %d errors", m["captions"]["rows"], m["errors"]["rows"])
+    return write_stage(out, {"stage": "captions", "key": key, "dir": str(out), "root": root,
+                             "tables": tables_of(_with_dirs(m, out)), "content_hash": m["captions"]["content_hash"],
+                             "summary": m["captions"].get("summary", {})})
+
+
+# ---- parse (mapped over shards) ---------------------------------------------------------------------------
+def _parse_cfg(cfg: dict):
+    from pipeline.stages import ParseConfig
+
+    return ParseConfig(**cfg)
+
+
+def _captions(captions: dict) -> list[dict]:
+    return read_table(TABLES["captions"], captions["tables"]["captions"]["dir"]).to_pylist()
+
+
+@cached_task(name="parse-shard", task_run_name="parse-{shard}")
+def parse_shard_task(captions: dict, cfg: dict, out: str, shard: int, key: str) -> int:
+    from pipeline.stages import parse_stage
+
+    parse_stage(_parse_cfg(cfg), _captions(captions), Path(out), only=[shard], finalize=False, reuse=True)
+    return shard
+
+
+@cached_task(name="parse")
+def parse_finalize_task(captions: dict, cfg: dict, out: str, key: str) -> dict:
+    from pipeline.stages import parse_stage
+
+    out = Path(out)
+    if stage_done(out):
+        return read_stage(out)
+    m = parse_stage(_parse_cfg(cfg), _captions(captions), out, only=[], reuse=True)
+    get_run_logger().info("parse: %s", {n: v["rows"] for n, v in m.items()})
+    return write_stage(out, {"stage": "parse", "key": key, "dir": str(out), "tables": tables_of(_with_dirs(m, out)),
+                             "content_hash": m["scene_graphs"]["content_hash"] + m["token_masks"]["content_hash"]})
+
+
+# ---- ground (mapped over shards of images) ----------------------------------------------------------------
+def _ground_inputs(captions: dict, parse: dict, cfg: dict):
+    from pipeline.grounding.base import GroundingConfig
+    from pipeline.stages import read_instances
+
+    caps = _captions(captions)
+    sg = read_table(TABLES["scene_graphs"], parse["tables"]["scene_graphs"]["dir"]).to_pylist()
+    gcfg = GroundingConfig(**{k: v for k, v in cfg.items() if k != "shard_size"})
+    instances = read_instances(captions["root"], sorted({c["split"] for c in caps})) \
+        if gcfg.backend == "annotations" else None
+    return caps, sg, gcfg, instances
+
+
+@cached_task(name="ground-shard", task_run_name="ground-{shard}")
+def ground_shard_task(captions: dict, parse: dict, cfg: dict, out: str, shard: int, key: str) -> int:
+    from pipeline.stages import ground_stage
+
+    caps, sg, gcfg, inst = _ground_inputs(captions, parse, cfg)
+    ground_stage(gcfg, caps, sg, captions["root"], Path(out), instances=inst, shard_size=cfg["shard_size"],
+                 only=[shard], finalize=False, reuse=True)
+    return shard
+
+
+@cached_task(name="ground")
+def ground_finalize_task(captions: dict, parse: dict, cfg: dict, out: str, key: str) -> dict:
+    from pipeline.stages import ground_stage
+
+    out = Path(out)
+    if stage_done(out):
+        return read_stage(out)
+    caps, sg, gcfg, inst = _ground_inputs(captions, parse, cfg)
+    m = ground_stage(gcfg, caps, sg, captions["root"], out, instances=inst, shard_size=cfg["shard_size"], only=[],
+                     reuse=True)
+    get_run_logger().info("ground: %d regions, %d errors", m["regions"]["rows"], m["errors"]["rows"])
+    return write_stage(out, {"stage": "ground", "key": key, "dir": str(out), "tables": tables_of(_with_dirs(m, out)),
+                             "content_hash": m["regions"]["content_hash"]})
+
+
+def n_shards(n_items: int, shard_size: int) -> int:
+    from pipeline.stages import n_shards_for
+
+    return n_shards_for(n_items, shard_size)
+
+
+def ground_items(captions: dict, parse: dict) -> int:
+    """Number of images the ground stage shards over (images with at least one parsed caption)."""
+    caps = read_table(TABLES["captions"], captions["tables"]["captions"]["dir"], ["caption_id", "image_id"])
+    sg = read_table(TABLES["scene_graphs"], parse["tables"]["scene_graphs"]["dir"], ["caption_id"])
+    parsed = set(sg.column("caption_id").to_pylist())
+    return len({i for c, i in zip(caps.column("caption_id").to_pylist(), caps.column("image_id").to_pylist())
+                if c in parsed})
+
+
+# ---- patch masks ------------------------------------------------------------------------------------------
+@cached_task(name="masks")
+def masks_task(captions: dict, ground: dict, cfg: dict, out: str, key: str) -> dict:
+    from pipeline.stages import patches_stage
+
+    out = Path(out)
+    if stage_done(out):
+        return read_stage(out)
+    regions = read_table(TABLES["regions"], ground["tables"]["regions"]["dir"]).to_pylist()
+    m = patches_stage(cfg["models"], _captions(captions), regions, out)
+    return write_stage(out, {"stage": "masks", "key": key, "dir": str(out), "tables": tables_of(_with_dirs(m, out)),
+                             "content_hash": m["patch_masks"]["content_hash"]})
+
+
+# ---- validate (the gate; never cached: it publishes its artifact every run) -------------------------------
+@task(name="validate")
+def validate_task(tables: dict, params: dict, out: str, key: str) -> dict:
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    from data_schemas.checks import run_checks
+    from pipeline.validate import ValidationFailed, format_results
+
+    results = run_checks(tables, params)
+    rows = [r.as_dict() | {"examples": "; ".join(r.examples)} for r in results]
+    create_table_artifact(key="mask-table-checks", table=rows, description="DuckDB checks over the mask tables")
+    failed = [r for r in results if r.status == "fail"]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"stage": "validate", "key": key, "status": "fail" if failed else "pass", "checks": rows,
+              "content_hash": key}
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    create_markdown_artifact(key="mask-table-summary", markdown=f"```\n{format_results(results)}\n```")
+    get_run_logger().info("validate: %d passed, %d failed, %d skipped", sum(r.status == "pass" for r in results),
+                          len(failed), sum(r.status == "skip" for r in results))
+    if failed:
+        raise ValidationFailed(results)
+    return report
+
+
+# ---- train ------------------------------------------------------------------------------------------------
+def train_fields() -> set[str]:
+    from model.train import TrainConfig
+
+    return {f.name for f in fields(TrainConfig)}
+
+
+@cached_task(name="train", task_run_name="train-{name}")
+def train_task(name: str, settings: dict, out: str, key: str, nproc: int = 1) -> dict:
+    """One training run (in-process, or under torchrun with ``nproc`` > 1); returns the export manifest."""
+    out = Path(out)
+    if stage_done(out):
+        return read_stage(out)
+    logger = get_run_logger()
+    settings = {**settings, "out_dir": str(out / "run"), "progress": False}
+    if nproc > 1:
+        import yaml
+
+        cfg_file = out / "train.yaml"
+        out.mkdir(parents=True, exist_ok=True)
+        cfg_file.write_text(yaml.safe_dump({"train": settings}))
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "-m", "model.train",
+               "--config", str(cfg_file)]
+        logger.info("train %s: %s", name, " ".join(cmd))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            logger.info(line.rstrip())
+        if proc.wait() != 0:
+            raise RuntimeError(f"torchrun for run {name} failed with exit code {proc.returncode}")
+        summary = json.loads((out / "run" / "summary.json").read_text())
+    else:
+        from model.train import load_config, train
+
+        summary = train(load_config(None, [], **settings))
+    last = summary["history"][-1] if summary["history"] else {}
+    logger.info("train %s: %d steps, last %s", name, summary["steps"],
+                {k: v for k, v in last.items() if k.endswith("loss")})
+    exp = summary["export"]
+    return write_stage(out, {"stage": "train", "name": name, "key": key, "dir": str(out), "export_dir": exp["dir"],
+                             "export_pt": exp["pt"], "content_hash": exp["sha256"], "arch": settings["arch"],
+                             "files": [exp["pt"], str(Path(exp["dir"]) / "open_clip_model.safetensors")],
+                             "last": last})
+
+
+# ---- evaluate ---------------------------------------------------------------------------------------------
+@cached_task(name="evaluate", task_run_name="evaluate-{label}")
+def evaluate_task(label: str, run: dict | None, eval_cfg: dict, out: str, key: str) -> dict:
+    from model.benchmarks import EvalConfig, evaluate
+
+    out = Path(out)
+    if stage_done(out):
+        return read_stage(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = EvalConfig(model=run["arch"], checkpoint=run["export_pt"], **eval_cfg)
+    res = evaluate(cfg, list(cfg.roots), out / "results.json", results_table=out / "eval_results")
+    res["label"] = label
+    (out / "results.json").write_text(json.dumps(res, indent=2, default=str))
+    get_run_logger().info("evaluate %s: %s", label, {b: {k: round(v, 4) for k, v in r["groups"].items()
+                                                       if isinstance(v, float)} for b, r in res["benchmarks"].items()})
+    return write_stage(out, {"stage": "evaluate", "label": label, "key": key, "dir": str(out),
+                             "results": str(out / "results.json"), "files": [str(out / "results.json")],
+                             "content_hash": hashlib.sha256((out / "results.json").read_bytes()).hexdigest()})
+
+
+@task(name="report")
+def report_task(evals: dict[str, list[dict]], out: str, title: str, note: str) -> dict:
+    from prefect.artifacts import create_markdown_artifact
+
+    from pipeline.report import write_report
+
+    results = {label: [json.loads(Path(e["results"]).read_text()) for e in runs] for label, runs in evals.items()}
+    rep = write_report(results, out, title, note)
+    create_markdown_artifact(key="evaluation-results", markdown=rep["table"], description=title)
+    return rep
+
+
+def set_offline_env() -> None:
+    for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                 "DO_NOT_TRACK": "1"}.items():
+        os.environ.setdefault(k, v)
