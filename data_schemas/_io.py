@@ -156,11 +156,13 @@ class ShardedTableWriter:
         self.spec, self.out_dir, self.n_shards = spec, Path(out_dir), n_shards
         self.partial = self.out_dir.with_name(self.out_dir.name + ".partial")
         stamp = self.partial / ".fingerprint"
-        if self.partial.exists() and (not stamp.exists() or stamp.read_text() != fingerprint):
-            shutil.rmtree(self.partial)  # shards of another config/input: not reusable
+        if stamp.exists() and stamp.read_text() != fingerprint:
+            shutil.rmtree(self.partial, ignore_errors=True)  # shards of another config/input: not reusable
         self.partial.mkdir(parents=True, exist_ok=True)
-        if not stamp.exists():
-            stamp.write_text(fingerprint)
+        if not stamp.exists():  # atomic, so concurrent shard writers never read a half-written stamp
+            tmp = self.partial / f".fingerprint.{uuid.uuid4().hex}.tmp"
+            tmp.write_text(fingerprint)
+            os.replace(tmp, stamp)
 
     def shard_path(self, i: int) -> Path:
         return self.partial / f"part-{i:05d}.parquet"

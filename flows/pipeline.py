@@ -39,6 +39,10 @@ class _Runner:
         self.art = Path(cfg["artifacts"])
         self.log = get_run_logger()
 
+    def needed(self, stage: str) -> bool:
+        """Whether ``stage`` or anything after it is selected (otherwise the flow ends before it)."""
+        return any(STAGES.index(s) >= STAGES.index(stage) for s in self.stages)
+
     def dir(self, stage: str, key: str) -> Path:
         return self.art / stage / key
 
@@ -99,9 +103,14 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
         anns = sorted((Path(root) / "annotations").glob("*.json"))
         root_hash = key_of([(str(a), a.stat().st_size, a.stat().st_mtime_ns) for a in anns])
 
+    if not r.needed("captions"):
+        return out
     key = key_of("captions", root_hash, cfg["data"], _version("pipeline.captions", "pipeline.stages"))
     captions = r.call("captions", captions_task, r.dir("captions", key), key, root=root, data=cfg["data"])
 
+    out["captions"] = captions
+    if not r.needed("parse"):
+        return out
     pcfg = cfg["parse"]
     key = key_of("parse", captions["content_hash"], pcfg,
                  _version("pipeline.scene_graph", "pipeline.tokens", "pipeline.stages"))
@@ -109,6 +118,9 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
                      n_shards(captions["tables"]["captions"]["rows"], pcfg["shard_size"]), captions=captions,
                      cfg=pcfg)
 
+    out["parse"] = parse
+    if not r.needed("ground"):
+        return out
     gcfg = cfg["ground"]
     backend = gcfg["backend"]
     weights = [gcfg.get(k) for k in ("checkpoint", "model_dir") if gcfg.get(k)]
@@ -122,10 +134,16 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     ground = r.mapped("ground", ground_shard_task, ground_finalize_task, gdir, key,
                       n_shards(n_img, gcfg["shard_size"]), captions=captions, parse=parse, cfg=gcfg)
 
+    out["ground"] = ground
+    if not r.needed("masks"):
+        return out
     key = key_of("masks", ground["content_hash"], captions["content_hash"], cfg["masks"],
                  _version("pipeline.patches", "data_schemas.geometry", "pipeline.stages"))
     masks = r.call("masks", masks_task, r.dir("masks", key), key, captions=captions, ground=ground, cfg=cfg["masks"])
 
+    out["masks"] = masks
+    if not r.needed("validate"):
+        return out
     tables = {"captions": captions["tables"]["captions"]["dir"],
               "scene_graphs": parse["tables"]["scene_graphs"]["dir"],
               "token_masks": parse["tables"]["token_masks"]["dir"], "regions": ground["tables"]["regions"]["dir"],
@@ -147,6 +165,8 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
             raise StageMissing(f"the mask tables have no passing validation at {rep}; run stages=['validate']")
         out["validate"] = json.loads(rep.read_text())
 
+    if not r.needed("train"):
+        return out
     # training: an optional base run, then each fine-tune x seed from the base's export
     tcfg = cfg["train"]
     known = train_fields()
@@ -185,6 +205,8 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
                        settings=s, nproc=tcfg["torchrun_nproc"]))
     out["train"] = runs
 
+    if not r.needed("evaluate"):
+        return out
     # evaluation of every model on every benchmark set
     ecfg = cfg["evaluate"]
     if ecfg["roots"]:

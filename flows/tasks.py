@@ -71,7 +71,7 @@ def _files_hash(root: Path) -> str:
 
 
 # ---- world ------------------------------------------------------------------------------------------------
-@cached_task(name="world")
+@cached_task(name="world", task_run_name="world")
 def world_task(cfg: dict, out: str, key: str) -> dict:
     from pipeline.world import WorldConfig, generate_world
 
@@ -92,7 +92,7 @@ def world_task(cfg: dict, out: str, key: str) -> dict:
 
 
 # ---- captions ---------------------------------------------------------------------------------------------
-@cached_task(name="captions")
+@cached_task(name="captions", task_run_name="captions")
 def captions_task(root: str, data: dict, out: str, key: str) -> dict:
     from pipeline.stages import CaptionsConfig, captions_stage
 
@@ -118,7 +118,7 @@ def _captions(captions: dict) -> list[dict]:
     return read_table(TABLES["captions"], captions["tables"]["captions"]["dir"]).to_pylist()
 
 
-@cached_task(name="parse-shard", task_run_name="parse-{shard}")
+@cached_task(name="parse-shard", task_run_name="parse-shard-{shard}")
 def parse_shard_task(captions: dict, cfg: dict, out: str, shard: int, key: str) -> int:
     from pipeline.stages import parse_stage
 
@@ -126,7 +126,7 @@ def parse_shard_task(captions: dict, cfg: dict, out: str, shard: int, key: str) 
     return shard
 
 
-@cached_task(name="parse")
+@cached_task(name="parse", task_run_name="parse")
 def parse_finalize_task(captions: dict, cfg: dict, out: str, key: str) -> dict:
     from pipeline.stages import parse_stage
 
@@ -152,7 +152,7 @@ def _ground_inputs(captions: dict, parse: dict, cfg: dict):
     return caps, sg, gcfg, instances
 
 
-@cached_task(name="ground-shard", task_run_name="ground-{shard}")
+@cached_task(name="ground-shard", task_run_name="ground-shard-{shard}")
 def ground_shard_task(captions: dict, parse: dict, cfg: dict, out: str, shard: int, key: str) -> int:
     from pipeline.stages import ground_stage
 
@@ -162,7 +162,7 @@ def ground_shard_task(captions: dict, parse: dict, cfg: dict, out: str, shard: i
     return shard
 
 
-@cached_task(name="ground")
+@cached_task(name="ground", task_run_name="ground")
 def ground_finalize_task(captions: dict, parse: dict, cfg: dict, out: str, key: str) -> dict:
     from pipeline.stages import ground_stage
 
@@ -193,7 +193,7 @@ def ground_items(captions: dict, parse: dict) -> int:
 
 
 # ---- patch masks ------------------------------------------------------------------------------------------
-@cached_task(name="masks")
+@cached_task(name="masks", task_run_name="masks")
 def masks_task(captions: dict, ground: dict, cfg: dict, out: str, key: str) -> dict:
     from pipeline.stages import patches_stage
 
@@ -207,7 +207,7 @@ def masks_task(captions: dict, ground: dict, cfg: dict, out: str, key: str) -> d
 
 
 # ---- validate (the gate; never cached: it publishes its artifact every run) -------------------------------
-@task(name="validate")
+@task(name="validate", task_run_name="validate")
 def validate_task(tables: dict, params: dict, out: str, key: str) -> dict:
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
@@ -295,7 +295,7 @@ def evaluate_task(label: str, run: dict | None, eval_cfg: dict, out: str, key: s
                              "content_hash": hashlib.sha256((out / "results.json").read_bytes()).hexdigest()})
 
 
-@task(name="report")
+@task(name="report", task_run_name="report")
 def report_task(evals: dict[str, list[dict]], out: str, title: str, note: str) -> dict:
     from prefect.artifacts import create_markdown_artifact
 

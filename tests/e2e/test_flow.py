@@ -1,0 +1,230 @@
+"""End-to-end: the Prefect flow on a tiny world under prefect_test_harness; caching, forcing, a killed and
+resumed run, a real server + deployment + process worker, and preprocessing shards on a local Dask cluster."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests_support import DATA
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    storage = tmp_path_factory.mktemp("prefect-results")
+    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: str(storage)}):
+        with prefect_test_harness(server_startup_timeout=120):
+            yield
+
+
+def tiny_config(tmp_path: Path, **over) -> Path:
+    cfg = yaml.safe_load((DATA / "tiny_pipeline.yaml").read_text())
+    cfg["artifacts"] = str(tmp_path / "artifacts")
+    for k, v in over.items():
+        cfg[k] = v
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    p = tmp_path / "tiny.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+def task_states(flow_run_id) -> dict[str, list[str]]:
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as c:
+        runs = c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])), limit=200)
+    out: dict[str, list[str]] = {}
+    for r in runs:
+        group = next((g for g in ("parse-shard", "ground-shard", "train", "evaluate") if r.name.startswith(g)), r.name)
+        out.setdefault(group, []).append(r.state.name)
+    return out
+
+
+def run(config: Path, **kw):
+    from flows.pipeline import macco_pipeline
+
+    state = macco_pipeline(config=str(config), return_state=True, **kw)
+    assert state.is_completed(), state
+    return state.result(), task_states(state.state_details.flow_run_id)
+
+
+def test_full_flow_then_everything_cached_then_changes_rerun_exactly_their_stages(harness, tmp_path):
+    cfg = tiny_config(tmp_path)
+    out, states = run(cfg)
+    assert (Path(out["report"]["markdown"])).exists() and Path(out["report"]["png"]).exists()
+    assert set(states["train"]) == {"Completed"} and len(states["train"]) == 3
+    assert states["parse-shard"] and states["ground-shard"]
+
+    t0 = time.perf_counter()
+    out2, states = run(cfg)
+    cached_rerun_s = time.perf_counter() - t0
+    expensive = {k: v for k, v in states.items() if k not in ("validate", "report")}
+    assert all(set(v) == {"Cached"} for v in expensive.values()), states
+    assert "parse-shard" not in states and "ground-shard" not in states  # finished stages map no shards
+    assert out2["train"]["macco"][0]["content_hash"] == out["train"]["macco"][0]["content_hash"]
+    print(f"fully cached rerun: {cached_rerun_s:.1f} s")
+
+    # a changed fine-tune config: exactly the fine-tunes and their evaluations re-run
+    c = yaml.safe_load(cfg.read_text())
+    c["train"]["common"]["max_steps"] = 3
+    cfg.write_text(yaml.safe_dump(c))
+    _, states = run(cfg)
+    assert states["train"].count("Completed") == 2 and states["train"].count("Cached") == 1  # base cached
+    assert states["evaluate"].count("Completed") == 2 and states["evaluate"].count("Cached") == 1
+    for stage in ("world", "captions", "parse", "ground", "masks"):
+        assert set(states[stage]) == {"Cached"}, (stage, states[stage])
+
+    # a forced stage whose output content is unchanged does not re-run what depends on it
+    _, states = run(cfg, force=["parse"])
+    assert states["parse"] == ["Completed"] and set(states["ground"]) == {"Cached"}
+    assert set(states["train"]) == {"Cached"}
+
+    # a manifest whose files are gone is not a cache hit
+    ground_dir = Path(out["train"]["macco"][0]["dir"]).parents[1] / "masks"
+    victim = next(ground_dir.iterdir())
+    shutil.rmtree(victim / "patch_masks")
+    _, states = run(cfg)
+    assert states["masks"] == ["Completed"]
+
+
+def test_single_stage_needs_its_upstream_and_validation_gates_training(harness, tmp_path):
+    from flows.pipeline import StageMissing, macco_pipeline
+
+    cfg = tiny_config(tmp_path)
+    with pytest.raises(StageMissing, match="stage 'world' is not selected"):
+        macco_pipeline(config=str(cfg), stages=["parse"])
+    run(cfg, stages=["world", "captions", "parse", "ground", "masks"])
+    with pytest.raises(StageMissing, match="no passing validation"):
+        macco_pipeline(config=str(cfg), stages=["train"])
+    # thresholds nothing can meet: the gate fails the flow before any training
+    c = yaml.safe_load(cfg.read_text())
+    c["validate"]["params"]["min_grounded_coverage"] = 1.01
+    cfg.write_text(yaml.safe_dump(c))
+    from pipeline.validate import ValidationFailed
+
+    with pytest.raises(ValidationFailed, match="regions.coverage"):
+        macco_pipeline(config=str(cfg))
+    assert not (tmp_path / "artifacts" / "runs").exists()
+
+
+def _env(tmp_path: Path) -> dict:
+    return {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL": "",
+            "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(tmp_path / "results"), "OMP_NUM_THREADS": "1"}
+
+
+def test_killed_during_grounding_resumes_to_identical_tables(tmp_path):
+    from data_schemas import is_complete
+
+    pre = ["world", "captions", "parse", "ground"]
+    ref = tiny_config(tmp_path / "ref")
+    r = subprocess.run([sys.executable, "-m", "macco.cli", "run", "--config", str(ref), "--stages", *pre],
+                       env=_env(tmp_path / "ref"), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+    cfg = tiny_config(tmp_path / "kill", ground={"backend": "annotations", "shard_size": 1})
+    art = tmp_path / "kill" / "artifacts" / "ground"
+    proc = subprocess.Popen([sys.executable, "-m", "macco.cli", "run", "--config", str(cfg), "--stages", *pre],
+                            env=_env(tmp_path / "kill"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    parts: list[Path] = []
+    while time.time() < deadline:
+        parts = list(art.glob("*/regions.partial/part-*.parquet")) if art.exists() else []
+        if len(parts) >= 3 or proc.poll() is not None:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert parts, "grounding never started"
+    key_dir = parts[0].parents[1]
+    assert not is_complete(key_dir / "regions")  # killed mid-stage: nothing looks complete
+    # finished shards: written to both tables of the stage (a kill between the two leaves the shard unfinished)
+    errs = {p.name for p in (key_dir / "errors.partial").glob("part-*.parquet")}
+    before = {p.name: p.stat().st_mtime_ns for p in (key_dir / "regions.partial").glob("part-*.parquet")
+              if p.name in errs}
+    assert before
+    r = subprocess.run([sys.executable, "-m", "macco.cli", "run", "--config", str(cfg), "--stages", *pre],
+                       env=_env(tmp_path / "kill"), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert is_complete(key_dir / "regions")
+    after = json.loads((key_dir / "regions" / "manifest.json").read_text())
+    # the finished shards were not recomputed: their files moved into the table untouched
+    for name, mtime in before.items():
+        assert (key_dir / "regions" / name).stat().st_mtime_ns == mtime
+    from data_schemas import TABLES, read_table
+
+    ref_dir = next((tmp_path / "ref" / "artifacts" / "ground").iterdir())
+    a = sorted(read_table(TABLES["regions"], ref_dir / "regions").to_pylist(), key=lambda x: (x["caption_id"],
+                                                                                            x["concept_id"], x["box_id"]))
+    b = sorted(read_table(TABLES["regions"], key_dir / "regions").to_pylist(), key=lambda x: (x["caption_id"],
+                                                                                             x["concept_id"], x["box_id"]))
+    assert a == b and after["rows"] == len(a)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_deployment_on_a_real_server_with_a_process_worker(tmp_path):
+    port = _free_port()
+    env = {**_env(tmp_path), "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "PWD": str(REPO)}
+    prefect = str(Path(sys.executable).with_name("prefect"))
+    server = subprocess.Popen([prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui",
+                               "--analytics-off"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        import urllib.request
+
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            try:
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                time.sleep(1)
+        else:
+            pytest.fail("server did not start")
+        cfg = tiny_config(tmp_path)
+        sh = lambda *a, **k: subprocess.run([prefect, *a], env=env, cwd=REPO, capture_output=True, text=True,  # noqa
+                                            timeout=300, **k)
+        r = sh("work-pool", "create", "macco-local", "--type", "process")
+        assert r.returncode == 0, r.stderr[-2000:]
+        r = sh("--no-prompt", "deploy", "--all")
+        assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+        r = sh("deployment", "run", "macco/parse", "--param", f"config={cfg}")
+        assert r.returncode == 0, r.stderr[-2000:]
+        r = sh("worker", "start", "--pool", "macco-local", "--run-once")
+        assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+        assert "Completed" in r.stdout + r.stderr
+        assert list((tmp_path / "artifacts" / "parse").glob("*/stage.json"))
+        r = sh("deployment", "inspect", "macco/reevaluate")
+        assert "0 3 * * *" in r.stdout
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def test_preprocessing_shards_on_a_local_dask_cluster(harness, tmp_path):
+    from flows.pipeline import run_flow
+
+    cfg = tiny_config(tmp_path, dask={"address": None, "local_workers": 2})
+    out = run_flow(str(cfg), stages=["world", "captions", "parse", "ground"])
+    assert out["parse"]["tables"]["scene_graphs"]["rows"] > 0
+    assert out["ground"]["tables"]["regions"]["rows"] > 0
