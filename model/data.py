@@ -88,8 +88,9 @@ def swap_negative(caption: str, concepts: list[dict], rng: random.Random) -> str
 def build_samples(tables: dict[str, Path], split: str | None = "train", mask_kinds=("relation", "attribute"),
                   hard_negatives: bool = False, seed: int = 0) -> tuple[list[Sample], dict]:
     """Join the tables into training samples; returns (samples, counts)."""
+    splits = None if split is None else set(split.split(","))  # e.g. "train,restval" for the Karpathy split
     caps = {r["caption_id"]: r for r in read_table(TABLES["captions"], tables["captions"]).to_pylist()
-            if split is None or r["split"] == split}
+            if splits is None or r["split"] in splits}
     tm = {r["caption_id"]: r for r in read_table(TABLES["token_masks"], tables["token_masks"]).to_pylist()}
     concepts: dict[int, list[dict]] = {}
     if "scene_graphs" in tables:
