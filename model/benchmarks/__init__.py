@@ -6,12 +6,12 @@
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..export import file_sha256 as sha256_file
 from .scoring import Encoder, score_cases, tally
 
 BENCHMARKS = ("aro-vgr", "aro-vga", "coco-order", "flickr-order", "sugarcrepe", "vl-checklist", "valse",
@@ -38,14 +38,6 @@ class EvalConfig:
     vlc_max_num: int = 2000
     valse_valid_only: bool = True
     valse_image_roots: dict = field(default_factory=dict)  # dataset field -> image directory
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def load_encoder(cfg: EvalConfig) -> tuple[Encoder, str, str]:
