@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -305,9 +304,3 @@ def report_task(evals: dict[str, list[dict]], out: str, title: str, note: str) -
     rep = write_report(results, out, title, note)
     create_markdown_artifact(key="evaluation-results", markdown=rep["table"], description=title)
     return rep
-
-
-def set_offline_env() -> None:
-    for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                 "DO_NOT_TRACK": "1"}.items():
-        os.environ.setdefault(k, v)
