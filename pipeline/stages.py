@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
