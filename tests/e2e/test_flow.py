@@ -140,7 +140,8 @@ def test_killed_during_grounding_resumes_to_identical_tables(tmp_path):
     cfg = tiny_config(tmp_path / "kill", ground={"backend": "annotations", "shard_size": 1})
     art = tmp_path / "kill" / "artifacts" / "ground"
     proc = subprocess.Popen([sys.executable, "-m", "macco.cli", "run", "--config", str(cfg), "--stages", *pre],
-                            env=_env(tmp_path / "kill"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env=_env(tmp_path / "kill"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # its own group: the kill takes its Prefect server too
     deadline = time.time() + 300
     parts: list[Path] = []
     while time.time() < deadline:
@@ -148,7 +149,7 @@ def test_killed_during_grounding_resumes_to_identical_tables(tmp_path):
         if len(parts) >= 3 or proc.poll() is not None:
             break
         time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert parts, "grounding never started"
     key_dir = parts[0].parents[1]
