@@ -51,13 +51,10 @@ def read_stage(d: str | Path) -> dict:
     return json.loads((Path(d) / STAGE_FILE).read_text())
 
 
-def tables_of(manifests: dict[str, dict]) -> dict:
-    return {n: {"dir": str(Path(m["dir"]) if "dir" in m else ""), "content_hash": m["content_hash"],
-                "rows": m["rows"]} for n, m in manifests.items()}
-
-
-def _with_dirs(manifests: dict[str, dict], base: Path) -> dict:
-    return {n: {**m, "dir": str(base / n)} for n, m in manifests.items()}
+def tables_of(manifests: dict[str, dict], base: Path) -> dict:
+    """{table: {dir, content_hash, rows}} for the tables a stage wrote under ``base``."""
+    return {n: {"dir": str(base / n), "content_hash": m["content_hash"], "rows": m["rows"]}
+            for n, m in manifests.items()}
 
 
 def _files_hash(root: Path) -> str:
@@ -102,7 +99,7 @@ def captions_task(root: str, data: dict, out: str, key: str) -> dict:
     m = captions_stage(CaptionsConfig(root=root, splits=tuple(data["splits"]), karpathy=data.get("karpathy")), out)
     get_run_logger().info("captions: %d rows, %d errors", m["captions"]["rows"], m["errors"]["rows"])
     return write_stage(out, {"stage": "captions", "key": key, "dir": str(out), "root": root,
-                             "tables": tables_of(_with_dirs(m, out)), "content_hash": m["captions"]["content_hash"],
+                             "tables": tables_of(m, out), "content_hash": m["captions"]["content_hash"],
                              "summary": m["captions"].get("summary", {})})
 
 
@@ -134,7 +131,7 @@ def parse_finalize_task(captions: dict, cfg: dict, out: str, key: str) -> dict:
         return read_stage(out)
     m = parse_stage(_parse_cfg(cfg), _captions(captions), out, only=[], reuse=True)
     get_run_logger().info("parse: %s", {n: v["rows"] for n, v in m.items()})
-    return write_stage(out, {"stage": "parse", "key": key, "dir": str(out), "tables": tables_of(_with_dirs(m, out)),
+    return write_stage(out, {"stage": "parse", "key": key, "dir": str(out), "tables": tables_of(m, out),
                              "content_hash": m["scene_graphs"]["content_hash"] + m["token_masks"]["content_hash"]})
 
 
@@ -172,7 +169,7 @@ def ground_finalize_task(captions: dict, parse: dict, cfg: dict, out: str, key: 
     m = ground_stage(gcfg, caps, sg, captions["root"], out, instances=inst, shard_size=cfg["shard_size"], only=[],
                      reuse=True)
     get_run_logger().info("ground: %d regions, %d errors", m["regions"]["rows"], m["errors"]["rows"])
-    return write_stage(out, {"stage": "ground", "key": key, "dir": str(out), "tables": tables_of(_with_dirs(m, out)),
+    return write_stage(out, {"stage": "ground", "key": key, "dir": str(out), "tables": tables_of(m, out),
                              "content_hash": m["regions"]["content_hash"]})
 
 
@@ -201,7 +198,7 @@ def masks_task(captions: dict, ground: dict, cfg: dict, out: str, key: str) -> d
         return read_stage(out)
     regions = read_table(TABLES["regions"], ground["tables"]["regions"]["dir"]).to_pylist()
     m = patches_stage(cfg["models"], _captions(captions), regions, out)
-    return write_stage(out, {"stage": "masks", "key": key, "dir": str(out), "tables": tables_of(_with_dirs(m, out)),
+    return write_stage(out, {"stage": "masks", "key": key, "dir": str(out), "tables": tables_of(m, out),
                              "content_hash": m["patch_masks"]["content_hash"]})
 
 
