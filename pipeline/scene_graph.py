@@ -71,21 +71,28 @@ class _Graph:
 
     def __init__(self, doc):
         self.doc = doc
+        self.text = doc.text  # Doc.text joins every token on each access; tokens are built once too
+        self.toks = list(doc)
+        self.kids: list[list] = [[] for _ in self.toks]  # Token.children, built once (index order, as spaCy)
+        for t in self.toks:
+            h = t.head.i
+            if h != t.i:
+                self.kids[h].append(t)
         self.objects: dict[int, int] = {}  # token index -> concept id
         self.concepts: list[Concept] = []
         self._rel_seen: set = set()
 
     # ---- helpers -------------------------------------------------------------------------------------
     def _span(self, toks: list[int]) -> tuple[str, int, int]:
-        first, last = self.doc[min(toks)], self.doc[max(toks)]
+        first, last = self.toks[min(toks)], self.toks[max(toks)]
         start, end = first.idx, last.idx + len(last.text)
-        return self.doc.text[start:end], start, end
+        return self.text[start:end], start, end
 
     def _is_object_token(self, t) -> bool:
         low = t.lower_
         if t.pos_ not in OBJECT_POS or t.dep_ in ("compound", "amod", "nummod", "poss"):
             return False
-        if low in FRAMING_NOUNS and any(c.dep_ == "prep" and c.lower_ == "of" for c in t.children):
+        if low in FRAMING_NOUNS and any(c.dep_ == "prep" and c.lower_ == "of" for c in self.kids[t.i]):
             return False
         if low in COLLECTIVE_NOUNS and self._of_pobj(t) is not None:
             return False
@@ -93,18 +100,16 @@ class _Graph:
             return False
         return True
 
-    @staticmethod
-    def _is_multiword_head(t) -> bool:
+    def _is_multiword_head(self, t) -> bool:
         """"next" in "next to", "left" in "(to the) left of": a word that forms a relation with its prep."""
         low = t.lower_
         want = MULTIWORD_HEADS.get(low) or ("of" if low in RELATIONAL_NOUNS else None)
-        return want is not None and any(c.dep_ == "prep" and c.lower_ == want for c in t.children)
+        return want is not None and any(c.dep_ == "prep" and c.lower_ == want for c in self.kids[t.i])
 
-    @staticmethod
-    def _of_pobj(t):
-        for c in t.children:
+    def _of_pobj(self, t):
+        for c in self.kids[t.i]:
             if c.dep_ == "prep" and c.lower_ == "of":
-                for g in c.children:
+                for g in self.kids[c.i]:
                     if g.dep_ == "pobj":
                         return g
         return None
@@ -147,7 +152,7 @@ class _Graph:
 
     # ---- objects and attributes ----------------------------------------------------------------------
     def add_objects(self) -> None:
-        for t in self.doc:
+        for t in self.toks:
             if self._is_object_token(t):
                 self.objects[t.i] = len(self.concepts)
                 _, s, e = self._span([t.i])
@@ -160,21 +165,21 @@ class _Graph:
         if any(c.kind == "attribute" and c.tokens == (a.i,) for c in self.concepts):
             return
         text, s, e = self._span([a.i])
-        obj = self.doc[obj_i]
+        obj = self.toks[obj_i]
         self.concepts.append(Concept(len(self.concepts), "attribute", text, s, e, object_id=self.objects[obj_i],
                                      phrase=f"{text} {obj.text}", tokens=(a.i,)))
 
     def add_attributes(self) -> None:
         for obj_i in sorted(self.objects):
-            obj = self.doc[obj_i]
-            for c in obj.children:
+            obj = self.toks[obj_i]
+            for c in self.kids[obj.i]:
                 if c.dep_ in ("amod", "nummod", "compound") and c.i < obj_i:
                     self._add_attribute(c, obj_i)
                     for cc in c.conjuncts:
                         if cc.i < obj_i and cc.dep_ == "conj":
                             self._add_attribute(cc, obj_i)
                     if c.dep_ == "compound":  # "red stop sign": red hangs off the compound
-                        for g in c.children:
+                        for g in self.kids[c.i]:
                             if g.dep_ in ("amod", "nummod", "compound") and g.i < c.i:
                                 self._add_attribute(g, obj_i)
             # collective noun in front: "a group of people" -> group is a numeric attribute of people
@@ -182,9 +187,9 @@ class _Graph:
             if obj.dep_ == "pobj" and head.lower_ == "of" and head.head.lower_ in COLLECTIVE_NOUNS:
                 self._add_attribute(head.head, obj_i)
         # copula predicates: "the dog is brown"
-        for t in self.doc:
+        for t in self.toks:
             if t.dep_ == "acomp" and t.pos_ == "ADJ":
-                subj = next((c for c in t.head.children if c.dep_ in ("nsubj", "nsubjpass")), None)
+                subj = next((c for c in self.kids[t.head.i] if c.dep_ in ("nsubj", "nsubjpass")), None)
                 target = self._resolve(subj)
                 if target is not None:
                     self._add_attribute(t, target)
@@ -201,7 +206,7 @@ class _Graph:
             return
         self._rel_seen.add(key)
         text, s, e = self._span(toks)
-        subj, obj = self.doc[subj_i], self.doc[obj_i]
+        subj, obj = self.toks[subj_i], self.toks[obj_i]
         self.concepts.append(Concept(len(self.concepts), "relation", text, s, e, subject_id=self.objects[subj_i],
                                      object_id=self.objects[obj_i], phrase=f"{subj.text} {text} {obj.text}",
                                      tokens=tuple(toks)))
@@ -210,30 +215,30 @@ class _Graph:
         """(relation tokens, object token) of a preposition or multiword-preposition head ``p``."""
         if self._is_multiword_head(p) and p.dep_ not in ("prep", "agent", "pobj"):
             want = MULTIWORD_HEADS.get(p.lower_) or "of"
-            nxt = next((c for c in p.children if c.dep_ == "prep" and c.lower_ == want), None)
+            nxt = next((c for c in self.kids[p.i] if c.dep_ == "prep" and c.lower_ == want), None)
             if nxt is not None:
                 inner = self._prep_target(nxt)
                 if inner is not None:
                     return [p.i] + inner[0], inner[1]
-        pobj = next((c for c in p.children if c.dep_ in ("pobj", "dobj")), None)
+        pobj = next((c for c in self.kids[p.i] if c.dep_ in ("pobj", "dobj")), None)
         if pobj is None:
-            inner = next((c for c in p.children if c.dep_ == "prep"), None)
+            inner = next((c for c in self.kids[p.i] if c.dep_ == "prep"), None)
             if inner is not None:
                 res = self._prep_target(inner)
                 if res is not None:
                     return [p.i] + res[0], res[1]
             return None
         if pobj.lower_ in RELATIONAL_NOUNS:
-            of = next((c for c in pobj.children if c.dep_ == "prep" and c.lower_ == "of"), None)
+            of = next((c for c in self.kids[pobj.i] if c.dep_ == "prep" and c.lower_ == "of"), None)
             if of is not None:
-                target = next((c for c in of.children if c.dep_ == "pobj"), None)
+                target = next((c for c in self.kids[of.i] if c.dep_ == "pobj"), None)
                 if target is not None:
                     return list(range(p.i, of.i + 1)), target
         return [p.i], pobj
 
     def _prep_heads(self, t):
         """Children of ``t`` that start a prepositional relation."""
-        for c in t.children:
+        for c in self.kids[t.i]:
             if c.dep_ in ("prep", "agent"):
                 yield c
             elif c.dep_ not in ("pobj",) and self._is_multiword_head(c):
@@ -241,7 +246,7 @@ class _Graph:
 
     def _verb_subject(self, v):
         for _ in range(4):
-            subj = next((c for c in v.children if c.dep_ in ("nsubj", "nsubjpass")), None)
+            subj = next((c for c in self.kids[v.i] if c.dep_ in ("nsubj", "nsubjpass")), None)
             if subj is not None:
                 return subj
             if v.dep_ in ("acl", "relcl"):
@@ -269,17 +274,16 @@ class _Graph:
                 # "a plate with food on it": the pronoun is the subject's antecedent, so the nearer object
                 # before the preposition is the one related to it
                 s_i, o_i = o_i, s_i
-            for o in self._conj_objects(self.doc[o_i]):
+            for o in self._conj_objects(self.toks[o_i]):
                 self._add_relation(s_i, toks, o)
 
     def add_relations(self) -> None:
-        doc = self.doc
-        for t in doc:
+        for t in self.toks:
             if t.pos_ in ("VERB", "AUX") and t.dep_ not in ("aux", "auxpass"):
                 is_copula = t.lemma_ == "be" or t.pos_ == "AUX"
                 subj = self._verb_subject(t)
                 if is_copula:
-                    attr = next((c for c in t.children if c.dep_ == "attr"), None)
+                    attr = next((c for c in self.kids[t.i] if c.dep_ == "attr"), None)
                     if subj is not None and subj.lower_ == "there" or subj is None:
                         subj = attr
                     for p in self._prep_heads(t):
@@ -287,8 +291,8 @@ class _Graph:
                         if res is not None:
                             self._emit_targets(subj, res[0], res[1], p.i)
                     continue
-                dobjs = [c for c in t.children if c.dep_ == "dobj" and not self._is_multiword_head(c)]
-                verb_toks = [t.i] + [c.i for c in t.children if c.dep_ == "prt" and c.i == t.i + 1]
+                dobjs = [c for c in self.kids[t.i] if c.dep_ == "dobj" and not self._is_multiword_head(c)]
+                verb_toks = [t.i] + [c.i for c in self.kids[t.i] if c.dep_ == "prt" and c.i == t.i + 1]
                 for d in dobjs:
                     self._emit_targets(subj, verb_toks, d, d.i)
                 for p in self._prep_heads(t):
@@ -337,10 +341,11 @@ def parse_doc_sng(doc, sng) -> list[Concept]:
     concepts: list[Concept] = []
     ent_ids: dict[int, int] = {}
     toks_lower = [t.lower_ for t in doc]
+    doc_text = doc.text
 
     def span(i0: int, i1: int) -> tuple[str, int, int]:
         s, e = doc[i0].idx, doc[i1 - 1].idx + len(doc[i1 - 1].text)
-        return doc.text[s:e], s, e
+        return doc_text[s:e], s, e
 
     for k, ent in enumerate(graph["entities"]):
         lo, hi = ent["span_bounds"]

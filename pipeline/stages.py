@@ -138,29 +138,63 @@ def read_caption_input(path: str | Path) -> list[dict]:
     return read.rows
 
 
-def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None, only=None,
-                finalize: bool = True, reuse: bool = False) -> dict[str, dict]:
-    """Scene graphs + CLIP token masks for ``captions``: ``out/{scene_graphs,token_masks,errors}``."""
+def _parse_rows(cfg: ParseConfig, rows: list[dict], loaded: dict) -> dict[str, list[dict]]:
+    """Scene graphs, token masks and errors of ``rows`` in this process; models load into ``loaded`` once."""
     from pipeline.scene_graph import load_nlp, make_sng, parse_captions
     from pipeline.tokens import token_mask_rows
+
+    if not loaded:
+        loaded["nlp"] = load_nlp(cfg.spacy_model)
+        loaded["sng"] = make_sng(cfg.spacy_model) if cfg.parser == "sng" else None
+    res = parse_captions(rows, loaded["nlp"], parser=cfg.parser, batch_size=cfg.batch_size, sng=loaded["sng"])
+    tm, tm_err = token_mask_rows(rows, res.graphs, cfg.clip_model, cfg.context_length)
+    return {"scene_graphs": res.rows, "token_masks": tm, "errors": res.errors + tm_err}
+
+
+_WORKER_MODELS: dict = {}  # per worker process: the models _parse_rows loaded there
+
+
+def _parse_chunk(job: tuple[ParseConfig, list[dict]]) -> dict[str, list[dict]]:
+    cfg, rows = job
+    return _parse_rows(cfg, rows, _WORKER_MODELS)
+
+
+def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None, only=None,
+                finalize: bool = True, reuse: bool = False) -> dict[str, dict]:
+    """Scene graphs + CLIP token masks for ``captions``: ``out/{scene_graphs,token_masks,errors}``.
+
+    With ``n_process > 1`` each shard is split into chunks that worker processes parse end to end (spaCy,
+    rules, token alignment) and return as rows, in order: only plain rows cross processes, never spaCy Docs
+    (whose serialisation is what ``nlp.pipe(n_process=...)`` pays for). Workers start like spaCy's own, with
+    multiprocessing's default start method, once per call and only if a shard needs work.
+    """
+    import multiprocessing
 
     loaded: dict = {}
 
     def shard(rows: list[dict]) -> dict[str, list[dict]]:
-        if not loaded:  # models load once per call, and only if a shard needs work
-            loaded["nlp"] = load_nlp(cfg.spacy_model)
-            loaded["sng"] = make_sng(cfg.spacy_model) if cfg.parser == "sng" else None
-        nlp, sng = loaded["nlp"], loaded["sng"]
-        res = parse_captions(rows, nlp, parser=cfg.parser, batch_size=cfg.batch_size, n_process=cfg.n_process,
-                             sng=sng)
-        tm, tm_err = token_mask_rows(rows, res.graphs, cfg.clip_model, cfg.context_length)
-        return {"scene_graphs": res.rows, "token_masks": tm, "errors": res.errors + tm_err}
+        if cfg.n_process <= 1:
+            return _parse_rows(cfg, rows, loaded)
+        if "pool" not in loaded:
+            loaded["pool"] = multiprocessing.Pool(cfg.n_process)
+        step = max(1, min(cfg.batch_size, -(-len(rows) // cfg.n_process)))
+        out: dict[str, list[dict]] = {"scene_graphs": [], "token_masks": [], "errors": []}
+        jobs = [(cfg, rows[i:i + step]) for i in range(0, len(rows), step)]
+        for part in loaded["pool"].imap(_parse_chunk, jobs):
+            for name, part_rows in part.items():
+                out[name].extend(part_rows)
+        return out
 
     ver = code_version("pipeline.scene_graph", "pipeline.tokens", "pipeline.stages")
-    return run_sharded(captions, cfg.shard_size,
-                       {n: out / n for n in ("scene_graphs", "token_masks", "errors")}, shard,
-                       config=asdict(cfg), version=ver, progress=progress, only=only, finalize=finalize,
-                       reuse=reuse)
+    try:
+        return run_sharded(captions, cfg.shard_size,
+                           {n: out / n for n in ("scene_graphs", "token_masks", "errors")}, shard,
+                           config=asdict(cfg), version=ver, progress=progress, only=only, finalize=finalize,
+                           reuse=reuse)
+    finally:
+        if "pool" in loaded:
+            loaded["pool"].terminate()
+            loaded["pool"].join()
 
 
 # ---- ground ----------------------------------------------------------------------------------------------

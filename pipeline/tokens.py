@@ -21,11 +21,62 @@ STAGE = "parse"
 TINY_ARCHS = ("macco-tiny", "macco-micro")
 
 
+def _bpe_module():
+    """open_clip's ``tokenizer`` module loaded on its own, without importing the open_clip package.
+
+    ``import open_clip`` pulls in its model zoo (transformers, torchvision, torch._dynamo: seconds of start-up);
+    the tokenizer module has no intra-package imports, so it is executed from its file in open_clip's install.
+    """
+    import importlib.util
+    import os
+    import sys
+
+    name = "_macco_open_clip_tokenizer"
+    if name not in sys.modules:
+        spec = importlib.util.find_spec("open_clip")  # locates the package without executing it
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError("open_clip_torch is not installed")
+        base = spec.submodule_search_locations[0]
+        mod_spec = importlib.util.spec_from_file_location(name, os.path.join(base, "tokenizer.py"))
+        mod = importlib.util.module_from_spec(mod_spec)
+        mod_spec.loader.exec_module(mod)
+        sys.modules[name] = mod
+    return sys.modules[name]
+
+
+def _builtin_text_cfg(model: str) -> dict | None:
+    """``text_cfg`` of an open_clip built-in architecture read from its JSON; None if there is no such file."""
+    import importlib.util
+    import json
+    import os
+
+    if ":" in model or "/" in model:
+        return None
+    base = importlib.util.find_spec("open_clip").submodule_search_locations[0]
+    path = os.path.join(base, "model_configs", f"{model}.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f).get("text_cfg", {})
+
+
 @lru_cache(maxsize=4)
 def get_tokenizer(model: str = "ViT-B-32"):
-    import open_clip
+    """The CLIP BPE tokenizer ``open_clip.get_tokenizer(model)`` returns, built the way it builds it.
 
-    tok = open_clip.get_tokenizer("ViT-B-32" if model in TINY_ARCHS else model)
+    Built-in architectures whose text config names no Hugging Face tokenizer (every OpenAI CLIP, the repo's
+    tiny configs) get ``SimpleTokenizer(context_length, **tokenizer_kwargs)`` straight from open_clip's
+    tokenizer module; anything else goes through ``open_clip.get_tokenizer``.
+    """
+    arch = "ViT-B-32" if model in TINY_ARCHS else model
+    text_cfg = _builtin_text_cfg(arch)
+    if text_cfg is not None and not text_cfg.get("hf_tokenizer_name") and "siglip" not in arch.lower():
+        tok = _bpe_module().SimpleTokenizer(context_length=text_cfg.get("context_length", 77),
+                                            **text_cfg.get("tokenizer_kwargs", {}))
+    else:
+        import open_clip
+
+        tok = open_clip.get_tokenizer(arch)
     if not hasattr(tok, "bpe") or not hasattr(tok, "pat"):
         raise ValueError(f"model {model!r} does not use the CLIP BPE tokenizer; token alignment needs it")
     return tok
@@ -43,6 +94,16 @@ class Alignment:
     truncated: bool
 
 
+@lru_cache(maxsize=1 << 16)
+def _word_pieces(tok, word: str) -> tuple[tuple[int, int], ...]:
+    """(token id, characters covered) of each BPE piece of one pre-token, as ``tok.encode`` encodes it."""
+    encoded = "".join(tok.byte_encoder[b] for b in word.encode("utf-8"))
+    out = []
+    for p in tok.bpe(encoded).split(" "):
+        out.append((tok.encoder[p], len(p[:-4] if p.endswith("</w>") else p)))  # byte chars == chars (ASCII)
+    return tuple(out)
+
+
 def align_caption(tok, caption: str, context_length: int = 77) -> Alignment:
     """Tokenize ``caption`` keeping each BPE piece's character span in the original string."""
     low = caption.lower()
@@ -55,14 +116,10 @@ def align_caption(tok, caption: str, context_length: int = 77) -> Alignment:
     ids: list[int] = []
     spans: list[tuple[int, int]] = []
     for m in tok.pat.finditer(low):
-        word = m.group(0)
-        encoded = "".join(tok.byte_encoder[b] for b in word.encode("utf-8"))
-        pieces = tok.bpe(encoded).split(" ")
-        pos = m.start()
-        for p in pieces:
-            n = len(p[:-4] if p.endswith("</w>") else p)  # byte-level chars == chars for ASCII
-            ids.append(tok.encoder[p])
-            spans.append((pos, min(pos + n, m.end())))
+        pos, end = m.span()
+        for token_id, n in _word_pieces(tok, m.group(0)):
+            ids.append(token_id)
+            spans.append((pos, min(pos + n, end)))
             pos += n
     # the loop above is tokenizer.encode step by step (same cleaning, regex and BPE), so ids equal
     # tokenizer.encode(caption); tests assert it against open_clip's own tokenizer

@@ -76,3 +76,14 @@ def test_parse_stage_resumes_unfinished_shards(world, tmp_path):
     finally:
         sgmod.parse_captions = orig
     assert len(calls) == n
+
+
+def test_parse_stage_with_worker_processes_writes_the_same_tables(world, tmp_path):
+    """n_process=2: worker processes parse chunks end to end; rows, order and errors equal one process."""
+    rows = read_caption_input(world / "annotations" / "captions_val2014.json")[:60]
+    rows[3] = {**rows[3], "caption": "   "}  # an error row inside a chunk
+    one = parse_stage(ParseConfig(shard_size=25), rows, tmp_path / "one")
+    two = parse_stage(ParseConfig(shard_size=25, n_process=2, batch_size=8), rows, tmp_path / "two")
+    for name in ("scene_graphs", "token_masks", "errors"):
+        assert two[name]["rows"] == one[name]["rows"] and two[name]["content_hash"] == one[name]["content_hash"]
+    assert one["errors"]["rows"] == 1

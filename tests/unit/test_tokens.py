@@ -86,3 +86,27 @@ def test_offsets_tokenization_equals_open_clip_on_many_captions(tok, world):
     caps += ["Tom's cat isn't on the mat...", "a   spaced\tcaption", "numbers 1,234 and 56th", "caf\u00e9 au lait"]
     for c in caps:
         assert align_caption(tok, c).token_ids == tok([c])[0].tolist(), c
+
+
+@pytest.mark.parametrize("model", ["ViT-B-32", "ViT-B-16", "ViT-L-14", "macco-tiny"])
+def test_standalone_tokenizer_equals_open_clip_get_tokenizer(model):
+    """The tokenizer loaded without importing open_clip is the one open_clip.get_tokenizer builds."""
+    import open_clip
+
+    import model as _  # noqa: F401  (registers the tiny architectures)
+
+    ours, theirs = get_tokenizer(model), open_clip.get_tokenizer(model)
+    assert type(ours).__name__ == type(theirs).__name__ == "SimpleTokenizer"
+    assert ours.context_length == theirs.context_length
+    caps = ["A man riding a brown horse next to the beach.", "Two  dogs &amp; a CAT, on top of a sofa!!",
+            "un café très chaud", "x" * 300]
+    assert ours(caps).tolist() == theirs(caps).tolist()
+
+
+def test_tokenizer_without_a_builtin_config_goes_through_open_clip():
+    """No built-in JSON: open_clip.get_tokenizer decides (it falls back to its default SimpleTokenizer)."""
+    import open_clip
+
+    ours = get_tokenizer("not-an-arch")
+    assert type(ours) is open_clip.tokenizer.SimpleTokenizer
+    assert ours(["a dog"]).tolist() == open_clip.get_tokenizer("ViT-B-32")(["a dog"]).tolist()
