@@ -40,6 +40,33 @@ def encode_text_tokens(clip: nn.Module, text: torch.Tensor, mask: torch.Tensor |
     return x, eot
 
 
+def supports_trimmed_text(clip: nn.Module) -> bool:
+    """True for an open_clip ``CLIP`` whose text tower is causal with EOT (argmax) pooling."""
+    return (getattr(clip, "text_pool_type", None) == "argmax" and getattr(clip, "attn_mask", None) is not None
+            and hasattr(clip, "token_embedding") and hasattr(clip, "positional_embedding"))
+
+
+def encode_text_trimmed(clip: nn.Module, text: torch.Tensor) -> torch.Tensor:
+    """``clip.encode_text(text)`` computed on the first L positions only, L = the batch's last EOT + 1.
+
+    Under the causal mask no position attends to a later one, so the EOT feature does not depend on the
+    padding after it: dropping the padding columns changes nothing but the cost (captions are ~15 of 77
+    tokens). Only the pooled token is projected.
+    """
+    if not supports_trimmed_text(clip):
+        raise ValueError("trimmed text encoding needs a causal CLIP text tower with argmax pooling")
+    eot = text.argmax(dim=-1)
+    L = int(eot.max()) + 1
+    cast = clip.transformer.get_cast_dtype()
+    x = clip.token_embedding(text[:, :L]).to(cast) + clip.positional_embedding[:L].to(cast)
+    x = clip.transformer(x, attn_mask=clip.attn_mask[:L, :L])
+    x = clip.ln_final(x[torch.arange(x.shape[0], device=x.device), eot])
+    proj = clip.text_projection
+    if proj is not None:
+        x = proj(x) if isinstance(proj, nn.Linear) else x @ proj
+    return x
+
+
 def encode_image_tokens(visual: nn.Module, images: torch.Tensor, mask: torch.Tensor | None = None,
                         mask_token: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(CLS feature [B, E], patch features [B, N, E]), both after ln_post and proj, unnormalised."""

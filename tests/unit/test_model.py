@@ -7,7 +7,7 @@ import torch
 from model import register_model_configs
 from model.losses import (LossWeights, contrast_loss, intra_modal_loss, masked_image_mse, masked_text_nll, patchify,
                           total_loss)
-from model.masked import encode_image_tokens, encode_text_tokens
+from model.masked import encode_image_tokens, encode_text_tokens, encode_text_trimmed, supports_trimmed_text
 from model.predictors import sincos_2d
 from model.task import MaccoConfig, MaccoTask
 
@@ -30,6 +30,23 @@ def batch():
     im = torch.zeros(3, 16, dtype=torch.bool)
     im[0, :4] = im[1, 5:9] = True
     return img, t, tm, im
+
+
+def test_trimmed_text_encoding_equals_encode_text(clip, batch):
+    """Padding after the last EOT is dropped; under the causal mask the EOT features are unchanged."""
+    _, t, _, _ = batch
+    with torch.no_grad():
+        assert torch.allclose(encode_text_trimmed(clip, t), clip.encode_text(t), atol=1e-5)
+        long = open_clip.get_tokenizer("macco-micro")(["word " * 100])  # truncated: EOT at position 76
+        assert torch.allclose(encode_text_trimmed(clip, long), clip.encode_text(long), atol=1e-5)
+    assert supports_trimmed_text(clip)
+    clip.attn_mask, saved = None, clip.attn_mask  # a non-causal text tower is refused
+    try:
+        assert not supports_trimmed_text(clip)
+        with pytest.raises(ValueError, match="causal"):
+            encode_text_trimmed(clip, t)
+    finally:
+        clip.attn_mask = saved
 
 
 def test_masked_encoders_equal_plain_towers_when_nothing_masked(clip, batch):
