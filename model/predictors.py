@@ -47,6 +47,16 @@ def inject_global(tokens: torch.Tensor, global_feat: torch.Tensor) -> torch.Tens
     return (tokens + global_feat.unsqueeze(1)) / 2
 
 
+def gather_queries(x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tokens of ``x`` [B, L, E] at ``positions`` [B, L] (bool), packed left per sample: ([B, M, E], valid
+    [B, M]) with M the largest count; ``out[valid]`` lists them in the order of ``x[positions]``."""
+    counts = positions.sum(dim=1)
+    m = int(counts.max()) if positions.numel() else 0
+    idx = torch.argsort((~positions).to(torch.int8), dim=1, stable=True)[:, :m]  # masked first, in order
+    valid = torch.arange(m, device=x.device) < counts.unsqueeze(1)
+    return x.gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1])), valid
+
+
 def sincos_2d(embed_dim: int, grid: int) -> torch.Tensor:
     """Fixed 2-D sin-cos positions [grid*grid, D] (MAE's construction: half the channels per axis)."""
     if embed_dim % 4:
@@ -84,13 +94,19 @@ class TextPredictor(nn.Module):
         ``positions`` (a [B, L] bool mask) as [n_masked, V], or at every position [B, L, V] if None."""
         x = inject_global(x, x_global)
         y = inject_global(y, y_global)
+        valid = None
+        if positions is not None and not len(self.self_blocks):
+            # cross-attention only: every query position is computed independently of the others, so only the
+            # masked ones are run (same outputs; a fraction of the cost)
+            x, valid = gather_queries(x, positions)
         for b in self.self_blocks:
             x = b(x)
         for b in self.cross_blocks:
             x = b(x, y)
         x = self.ln(x)
         if positions is not None:
-            x = x[positions]  # vocabulary logits only where a token is masked: same loss, far less memory
+            # vocabulary logits only where a token is masked: same loss, far less memory
+            x = x[valid] if valid is not None else x[positions]
         return torch.log_softmax(self.head(x).float(), dim=-1)
 
 
@@ -113,11 +129,22 @@ class ImagePredictor(nn.Module):
         nn.init.xavier_uniform_(self.proj[1].weight, gain=1 / math.sqrt(width))
         nn.init.zeros_(self.proj[1].bias)
 
-    def forward(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor) -> torch.Tensor:
-        """x: masked image patches [B, N, E]; y: full text tokens [B, L, E]. Returns [B, N, P*P*3]."""
+    def forward(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x: masked image patches [B, N, E]; y: full text tokens [B, L, E]. Returns [B, N, P*P*3]; with
+        ``positions`` ([B, N] bool, the patches the loss uses) and no self-attention layers only those patches are
+        computed and the other rows are zero."""
         x = inject_global(x, x_global)
         y = inject_global(y, y_global)
         x = self.decoder_embed(x) + self.pos_embed.to(x.dtype)
+        if positions is not None and not len(self.self_blocks):
+            q, valid = gather_queries(x, positions)
+            for b in self.cross_blocks:
+                q = b(q, y)
+            q = self.proj(self.ln(q))
+            out = q.new_zeros(x.shape[0], x.shape[1], q.shape[-1])
+            out[positions] = q[valid]
+            return out
         for b in self.self_blocks:
             x = b(x)
         for b in self.cross_blocks:

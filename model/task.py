@@ -79,8 +79,11 @@ class MaccoTask(nn.Module):
         return gather_features(a, b, rank=self.rank, world_size=self.world_size)
 
     def forward(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor,
-                image_mask: torch.Tensor, hard_texts: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """images [B,3,H,W], texts [B,L] ids, text_mask [B,L] bool, image_mask [B,N] bool (True = masked)."""
+                image_mask: torch.Tensor, hard_texts: torch.Tensor | None = None,
+                stats: bool = True) -> dict[str, torch.Tensor]:
+        """images [B,3,H,W], texts [B,L] ids, text_mask [B,L] bool, image_mask [B,N] bool (True = masked).
+        ``stats=False`` skips the masked-word accuracy (an argmax over the vocabulary; the loop asks for it only
+        on the steps it logs)."""
         cfg, clip, B = self.cfg, self.clip, texts.shape[0]
         scale = clip.logit_scale.exp()
         if cfg.masks_text:
@@ -124,11 +127,12 @@ class MaccoTask(nn.Module):
             targets = texts[text_mask]
             sample = text_mask.nonzero()[:, 0]
             out["mask_loss_text"] = masked_text_nll(logp, targets, sample, B)
-            with torch.no_grad():
-                out["masked_word_acc"] = (logp.argmax(-1) == targets).float().mean() if len(targets) \
-                    else logp.new_zeros(())
+            if stats:
+                with torch.no_grad():
+                    out["masked_word_acc"] = (logp.argmax(-1) == targets).float().mean() if len(targets) \
+                        else logp.new_zeros(())
         if cfg.masks_image:
-            pred = self.image_predictor(im_tok.detach(), im_glob.detach(), t_tok, t_glob)
+            pred = self.image_predictor(im_tok.detach(), im_glob.detach(), t_tok, t_glob, positions=image_mask)
             out["mask_loss_image"] = masked_image_mse(pred, images, image_mask, self.patch_size)
         out["total_loss"] = total_loss(out, cfg.weights)
         with torch.no_grad():

@@ -304,11 +304,12 @@ def train(cfg: TrainConfig) -> dict:
             continue
         batch = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
         terms_acc: dict[str, torch.Tensor] = {}
+        log_now = is_main and ((step + 1) % max(cfg.log_every, 1) == 0 or step + 1 == total)
         for m in range(cfg.accum_steps):
             sl = slice(m * micro, (m + 1) * micro)
             with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                 out = model(batch["image"][sl], batch["text"][sl], batch["text_mask"][sl], batch["image_mask"][sl],
-                            batch["hard_text"][sl] if "hard_text" in batch else None)
+                            batch["hard_text"][sl] if "hard_text" in batch else None, stats=log_now)
             scaler.scale(out["total_loss"] / cfg.accum_steps).backward()
             for k, v in out.items():
                 terms_acc[k] = terms_acc.get(k, 0) + v.detach().float() / cfg.accum_steps
@@ -323,7 +324,7 @@ def train(cfg: TrainConfig) -> dict:
         sched.step()
         with torch.no_grad():
             task.clip.logit_scale.clamp_(0, clamp_max)
-        if is_main and ((step + 1) % max(cfg.log_every, 1) == 0 or step + 1 == total):
+        if log_now:
             row = {"step": step + 1, "lr_clip": lrs[0], "lr_predictor": lrs[2],
                    **{k: round(float(v), 6) for k, v in terms_acc.items()}, "skipped_images": skipped,
                    "elapsed_s": round(time.perf_counter() - t0, 2)}

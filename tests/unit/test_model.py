@@ -203,6 +203,29 @@ def test_masked_only_logits_give_the_all_position_loss(clip, batch):
     assert torch.allclose(ours, ref, atol=1e-5)
 
 
+def test_predictors_run_only_the_masked_queries_with_the_same_outputs_and_gradients(clip, batch):
+    """Cross-attention-only predictors compute just the masked positions; values and input gradients equal the
+    full computation (rows of unmasked patches are zero); with self-attention layers everything is computed."""
+    _, _, tm, im = batch
+    task = MaccoTask(clip, MaccoConfig())
+    torch.manual_seed(2)
+    x, g = torch.randn(3, 77, 32, requires_grad=True), torch.randn(3, 32)
+    y, yg = torch.randn(3, 16, 32, requires_grad=True), torch.randn(3, 32)
+    full = task.text_predictor(x, g, y, yg)[tm]
+    part = task.text_predictor(x, g, y, yg, positions=tm)
+    assert torch.allclose(part, full, atol=1e-5)
+    gf = torch.autograd.grad(full.sum(), (x, y))
+    gp = torch.autograd.grad(part.sum(), (x, y))
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(gf, gp))
+    xi, ti = torch.randn(3, 16, 32, requires_grad=True), torch.randn(3, 77, 32)
+    full = task.image_predictor(xi, g, ti, yg)
+    part = task.image_predictor(xi, g, ti, yg, positions=im)
+    assert torch.allclose(part[im], full[im], atol=1e-5) and not part[~im].any()
+    assert torch.allclose(*[torch.autograd.grad(o[im].sum(), xi)[0] for o in (full, part)], atol=1e-5)
+    with_self = MaccoTask(clip, MaccoConfig(image_self_layers=1)).image_predictor
+    assert torch.equal(with_self(xi, g, ti, yg, positions=im), with_self(xi, g, ti, yg))
+
+
 def test_sincos_positions():
     pe = sincos_2d(8, 3)
     assert pe.shape == (9, 8)
