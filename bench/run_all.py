@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -22,14 +23,48 @@ def machine() -> str:
             f"Python {platform.python_version()}, torch {torch.__version__}")
 
 
+RATIO = re.compile(r"(?:ratio|stage/raw) ([0-9]+(?:\.[0-9]+)?)")
+NOISE = ("final text_encoder_type", "WARNING")  # groundingdino-py prints the first on every model build
+
+
+def ratios(text: str) -> dict[str, float]:
+    """{"<section> #k": value} for the k-th ratio printed in each script's section of a results file."""
+    out, section, k = {}, "", 0
+    for line in text.splitlines():
+        if line.startswith("## "):
+            section, k = line[3:].split(" (")[0], 0
+            continue
+        for m in RATIO.finditer(line):
+            label = line.strip().split(":")[0]
+            out[f"{section}: {label} #{k}"] = float(m.group(1))
+            k += 1
+    return out
+
+
+def stability(previous: str, current: str) -> list[str]:
+    """A table of every ratio of this run beside the previous results file's."""
+    old, new = ratios(previous), ratios(current)
+    common = [k for k in new if k in old]
+    if not common:
+        return []
+    lines = ["## Against the previous run", "",
+             "Each ratio of this run beside the one in the results file it replaced (the same scripts, run again).",
+             "", "| figure | previous | this run | this / previous |", "|---|---|---|---|"]
+    for k in common:
+        lines.append(f"| {k.rsplit(' #', 1)[0]} | {old[k]:g} | {new[k]:g} | {new[k] / old[k]:.2f} |"
+                     if old[k] else f"| {k} | {old[k]:g} | {new[k]:g} | - |")
+    return lines + [""]
+
+
 def main() -> None:
+    previous = (HERE / "results.md").read_text() if (HERE / "results.md").exists() else ""
     lines = [f"# Benchmarks ({datetime.date.today().isoformat()})", "", f"Machine: {machine()}", "",
              "Each figure is a ratio measured side by side in the same run; 'met' compares it with the issue's "
              "target.", ""]
     for s in SCRIPTS:
         t0 = time.perf_counter()
         r = subprocess.run([sys.executable, str(HERE / s)], capture_output=True, text=True)
-        out = [l for l in r.stdout.splitlines() if l.strip() and not l.startswith("WARNING")]
+        out = [l for l in r.stdout.splitlines() if l.strip() and not l.startswith(NOISE)]
         lines.append(f"## {s} ({time.perf_counter() - t0:.0f} s)")
         lines.append("")
         lines += [f"    {l}" for l in out] or ["    (no output)"]
@@ -43,6 +78,7 @@ def main() -> None:
     else:
         lines += ["## GPU", "", "No GPU run recorded yet: run `bash bench/gpu.sh > bench/gpu_results.md` on a GPU "
                   "machine (absolute GPU times are only quoted from such a run).", ""]
+    lines += stability(previous, "\n".join(lines))
     (HERE / "results.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'results.md'}")
 
