@@ -110,6 +110,17 @@ def select_boxes(probs: np.ndarray, boxes_cxcywh: np.ndarray, phrase_tokens: Seq
     return out
 
 
+def size_batches(items: Sequence[GroundItem], batch_size: int) -> list[list[int]]:
+    """Item indices in batches of images of equal or near shape (sorted by aspect ratio, then size).
+
+    Detection models pad a batch to its largest height and width; a portrait next to a landscape COCO image
+    wastes a third of the batch on padding and changes border features. Results go back in input order.
+    """
+    order = sorted(range(len(items)), key=lambda i: (round(items[i].width / max(items[i].height, 1), 2),
+                                                      items[i].width * items[i].height, i))
+    return [order[k:k + batch_size] for k in range(0, len(order), max(batch_size, 1))]
+
+
 def make_grounder(cfg: GroundingConfig, instances: dict | None = None) -> Grounder:
     if cfg.backend == "annotations":
         from .annotations import AnnotationsGrounder

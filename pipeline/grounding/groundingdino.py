@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .base import Box, GroundingConfig, GroundItem, build_prompt, phrase_token_indices, select_boxes
+from .base import Box, GroundingConfig, GroundItem, build_prompt, phrase_token_indices, select_boxes, size_batches
 
 IGNORED_MISSING = ("bert.embeddings.position_ids",)
 
@@ -66,16 +66,16 @@ class GroundingDinoGrounder:
         return out["pred_logits"].float().sigmoid().cpu().numpy(), out["pred_boxes"].float().cpu().numpy()
 
     def ground(self, items: Sequence[GroundItem]) -> list[list[list[Box]]]:
-        results: list[list[list[Box]]] = []
-        for start in range(0, len(items), self.cfg.batch_size):
-            batch = items[start:start + self.cfg.batch_size]
+        results: list[list[list[Box]]] = [[] for _ in items]
+        for idx in size_batches(items, self.cfg.batch_size):
+            batch = [items[i] for i in idx]
             prompts, spans = zip(*(build_prompt(it.phrases) for it in batch))
             tensors = [self.transform(it.image, None)[0] for it in batch]
             probs, boxes = self._forward(tensors, list(prompts))
             for b, it in enumerate(batch):
                 offsets = self.tokenizer(prompts[b], return_offsets_mapping=True)["offset_mapping"]
                 toks = phrase_token_indices(offsets, spans[b])
-                results.append(select_boxes(probs[b], boxes[b], toks, it.phrases, self.cfg.box_threshold,
-                                            self.cfg.text_threshold, it.width, it.height,
-                                            self.cfg.max_boxes_per_phrase))
+                results[idx[b]] = select_boxes(probs[b], boxes[b], toks, it.phrases, self.cfg.box_threshold,
+                                               self.cfg.text_threshold, it.width, it.height,
+                                               self.cfg.max_boxes_per_phrase)
         return results

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .base import Box, GroundingConfig, GroundItem, build_prompt, phrase_token_indices, select_boxes
+from .base import Box, GroundingConfig, GroundItem, build_prompt, phrase_token_indices, select_boxes, size_batches
 
 
 class HFGroundingDinoGrounder:
@@ -25,10 +25,10 @@ class HFGroundingDinoGrounder:
     def ground(self, items: Sequence[GroundItem]) -> list[list[list[Box]]]:
         import torch
 
-        results: list[list[list[Box]]] = []
+        results: list[list[list[Box]]] = [[] for _ in items]
         on_cuda = str(self.cfg.device).startswith("cuda")
-        for start in range(0, len(items), self.cfg.batch_size):
-            batch = items[start:start + self.cfg.batch_size]
+        for idx in size_batches(items, self.cfg.batch_size):
+            batch = [items[i] for i in idx]
             prompts, spans = zip(*(build_prompt(it.phrases) for it in batch))
             inputs = self.processor(images=[it.image for it in batch], text=list(prompts), return_tensors="pt",
                                     padding=True).to(self.cfg.device)
@@ -39,7 +39,7 @@ class HFGroundingDinoGrounder:
             for b, it in enumerate(batch):
                 offsets = self.processor.tokenizer(prompts[b], return_offsets_mapping=True)["offset_mapping"]
                 toks = phrase_token_indices(offsets, spans[b])
-                results.append(select_boxes(probs[b], boxes[b], toks, it.phrases, self.cfg.box_threshold,
-                                            self.cfg.text_threshold, it.width, it.height,
-                                            self.cfg.max_boxes_per_phrase))
+                results[idx[b]] = select_boxes(probs[b], boxes[b], toks, it.phrases, self.cfg.box_threshold,
+                                               self.cfg.text_threshold, it.width, it.height,
+                                               self.cfg.max_boxes_per_phrase)
         return results

@@ -76,6 +76,31 @@ def test_tiny_model_backends_load_and_ground(tiny_models, backend):
             assert np.allclose(sorted(x.xyxy for x in pa), sorted(x.xyxy for x in pb), atol=1e-3)
 
 
+def test_batches_group_image_shapes_and_results_keep_input_order(tiny_models):
+    from pipeline.grounding.base import size_batches
+
+    g = make_grounder(GroundingConfig(backend="groundingdino", box_threshold=0.0, text_threshold=0.0, batch_size=2,
+                                      extra={"image_size": 64}, **tiny_models["gd"]))
+    sizes = [(64, 48), (48, 64), (64, 48), (48, 64), (96, 72)]
+    words = ["cat", "dog", "cup", "bus", "car"]
+    items = [GroundItem(i, w, h, words[: i + 1], Image.new("RGB", (w, h), (40 * i, 90, 200)))
+             for i, (w, h) in enumerate(sizes)]
+    assert size_batches(items, 2) == [[1, 3], [0, 2], [4]]  # portrait pair, landscape pair, then the larger one
+    shapes = []
+    forward = g._forward
+
+    def recording(tensors, prompts):
+        shapes.append({tuple(t.shape) for t in tensors})
+        return forward(tensors, prompts)
+
+    g._forward = recording
+    out = g.ground(items)
+    assert all(len(s) == 1 for s in shapes[:2])  # no padding inside the two equal-shape batches
+    assert [len(o) for o in out] == [1, 2, 3, 4, 5]
+    for it, per_phrase in zip(items, out):
+        assert all(b.label == phrase for phrase, boxes in zip(it.phrases, per_phrase) for b in boxes)
+
+
 def test_groundingdino_checkpoint_mismatch_is_a_clear_error(tiny_models, tmp_path):
     import torch
 
