@@ -222,6 +222,9 @@ def test_predictors_run_only_the_masked_queries_with_the_same_outputs_and_gradie
     part = task.image_predictor(xi, g, ti, yg, positions=im)
     assert torch.allclose(part[im], full[im], atol=1e-5) and not part[~im].any()
     assert torch.allclose(*[torch.autograd.grad(o[im].sum(), xi)[0] for o in (full, part)], atol=1e-5)
+    none_t, none_i = torch.zeros_like(tm), torch.zeros_like(im)  # a batch with no masked position at all
+    assert task.text_predictor(x, g, y, yg, positions=none_t).shape == (0, 49408)
+    assert not task.image_predictor(xi, g, ti, yg, positions=none_i).any()
     with_self = MaccoTask(clip, MaccoConfig(image_self_layers=1)).image_predictor
     assert torch.equal(with_self(xi, g, ti, yg, positions=im), with_self(xi, g, ti, yg))
 
