@@ -15,12 +15,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 def train_steps(mode: str, batch: int = 256, steps: int = 20, compile_: bool = False) -> dict:
     import torch
 
-    from model.train import TrainConfig, build_task, param_groups
+    from model.train import TrainConfig, build_task, make_optimizer
 
     dev = torch.device("cuda")
     cfg = TrainConfig(arch="ViT-B-32", mode=mode)
     task = build_task(cfg).to(dev)
-    opt = torch.optim.AdamW(param_groups(task, cfg), betas=cfg.betas, eps=cfg.eps, fused=True)
+    opt = make_optimizer(task, cfg, dev)  # fused, as the training loop builds it
     model = torch.compile(task) if compile_ else task
     images = torch.randn(batch, 3, 224, 224, device=dev)
     texts = torch.randint(1, 49000, (batch, 77), device=dev)
@@ -35,7 +35,7 @@ def train_steps(mode: str, batch: int = 256, steps: int = 20, compile_: bool = F
             torch.cuda.synchronize()
             t0 = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(images, texts, tm, im)
+            out = model(images, texts, tm, im, stats=False)  # as the loop on steps it does not log
         out["total_loss"].backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -17,13 +17,13 @@ def stepper(arch: str, mode: str, batch: int):
     """A function running one optimiser step of ``mode`` on fixed random inputs; returns its seconds."""
     import torch
 
-    from model.train import TrainConfig, build_task, param_groups
+    from model.train import TrainConfig, build_task, make_optimizer
 
     torch.manual_seed(0)
     cfg = TrainConfig(arch=arch, mode=mode)
     task = build_task(cfg)
     size = task.grid * task.patch_size
-    opt = torch.optim.AdamW(param_groups(task, cfg), betas=cfg.betas, eps=cfg.eps)
+    opt = make_optimizer(task, cfg, torch.device("cpu"))  # as the training loop builds it
     images = torch.randn(batch, 3, size, size)
     texts = torch.randint(1, 49000, (batch, 77))
     texts[:, 0], texts[:, 20] = 49406, 49407
