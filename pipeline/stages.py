@@ -178,12 +178,12 @@ def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None
         if "pool" not in loaded:
             loaded["pool"] = multiprocessing.Pool(cfg.n_process)
         step = max(1, min(cfg.batch_size, -(-len(rows) // cfg.n_process)))
-        out: dict[str, list[dict]] = {"scene_graphs": [], "token_masks": [], "errors": []}
+        merged: dict[str, list[dict]] = {"scene_graphs": [], "token_masks": [], "errors": []}
         jobs = [(cfg, rows[i:i + step]) for i in range(0, len(rows), step)]
         for part in loaded["pool"].imap(_parse_chunk, jobs):
             for name, part_rows in part.items():
-                out[name].extend(part_rows)
-        return out
+                merged[name].extend(part_rows)
+        return merged
 
     ver = code_version("pipeline.scene_graph", "pipeline.tokens", "pipeline.stages")
     try:
