@@ -21,6 +21,17 @@ STAGE = "parse"
 TINY_ARCHS = ("macco-tiny", "macco-micro")
 
 
+@lru_cache(maxsize=1)
+def _open_clip_dir() -> str:
+    """open_clip's install directory, located without executing the package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("open_clip")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("open_clip_torch is not installed")
+    return spec.submodule_search_locations[0]
+
+
 def _bpe_module():
     """open_clip's ``tokenizer`` module loaded on its own, without importing the open_clip package.
 
@@ -33,11 +44,7 @@ def _bpe_module():
 
     name = "_macco_open_clip_tokenizer"
     if name not in sys.modules:
-        spec = importlib.util.find_spec("open_clip")  # locates the package without executing it
-        if spec is None or not spec.submodule_search_locations:
-            raise ImportError("open_clip_torch is not installed")
-        base = spec.submodule_search_locations[0]
-        mod_spec = importlib.util.spec_from_file_location(name, os.path.join(base, "tokenizer.py"))
+        mod_spec = importlib.util.spec_from_file_location(name, os.path.join(_open_clip_dir(), "tokenizer.py"))
         mod = importlib.util.module_from_spec(mod_spec)
         mod_spec.loader.exec_module(mod)
         sys.modules[name] = mod
@@ -46,14 +53,12 @@ def _bpe_module():
 
 def _builtin_text_cfg(model: str) -> dict | None:
     """``text_cfg`` of an open_clip built-in architecture read from its JSON; None if there is no such file."""
-    import importlib.util
     import json
     import os
 
     if ":" in model or "/" in model:
         return None
-    base = importlib.util.find_spec("open_clip").submodule_search_locations[0]
-    path = os.path.join(base, "model_configs", f"{model}.json")
+    path = os.path.join(_open_clip_dir(), "model_configs", f"{model}.json")
     if not os.path.isfile(path):
         return None
     with open(path, encoding="utf-8") as f:
