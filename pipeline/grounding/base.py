@@ -8,7 +8,7 @@ hand-made logits with known answers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -119,6 +119,25 @@ def size_batches(items: Sequence[GroundItem], batch_size: int) -> list[list[int]
     order = sorted(range(len(items)), key=lambda i: (round(items[i].width / max(items[i].height, 1), 2),
                                                       items[i].width * items[i].height, i))
     return [order[k:k + batch_size] for k in range(0, len(order), max(batch_size, 1))]
+
+
+def ground_in_batches(items: Sequence[GroundItem], cfg: GroundingConfig,
+                      forward: Callable[[list[GroundItem], list[str]], tuple[np.ndarray, np.ndarray]],
+                      tokenizer) -> list[list[list[Box]]]:
+    """The model backends' shared loop: ``size_batches``, one prompt per image, ``forward(batch, prompts)`` ->
+    (sigmoid token scores [B, Q, T], boxes [B, Q, 4]), then ``select_boxes`` per image with the phrase tokens
+    found through ``tokenizer``'s offsets. Results in input order."""
+    results: list[list[list[Box]]] = [[] for _ in items]
+    for idx in size_batches(items, cfg.batch_size):
+        batch = [items[i] for i in idx]
+        prompts, spans = zip(*(build_prompt(it.phrases) for it in batch))
+        probs, boxes = forward(batch, list(prompts))
+        for b, it in enumerate(batch):
+            offsets = tokenizer(prompts[b], return_offsets_mapping=True)["offset_mapping"]
+            results[idx[b]] = select_boxes(probs[b], boxes[b], phrase_token_indices(offsets, spans[b]), it.phrases,
+                                           cfg.box_threshold, cfg.text_threshold, it.width, it.height,
+                                           cfg.max_boxes_per_phrase)
+    return results
 
 
 def make_grounder(cfg: GroundingConfig, instances: dict | None = None) -> Grounder:

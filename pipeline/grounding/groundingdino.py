@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .base import Box, GroundingConfig, GroundItem, build_prompt, phrase_token_indices, select_boxes, size_batches
+from .base import Box, GroundingConfig, GroundItem, ground_in_batches
 
 IGNORED_MISSING = ("bert.embeddings.position_ids",)
 
@@ -65,17 +65,8 @@ class GroundingDinoGrounder:
             out = self.model(batch, captions=prompts)
         return out["pred_logits"].float().sigmoid().cpu().numpy(), out["pred_boxes"].float().cpu().numpy()
 
+    def _forward_items(self, batch: list[GroundItem], prompts: list[str]):
+        return self._forward([self.transform(it.image, None)[0] for it in batch], prompts)
+
     def ground(self, items: Sequence[GroundItem]) -> list[list[list[Box]]]:
-        results: list[list[list[Box]]] = [[] for _ in items]
-        for idx in size_batches(items, self.cfg.batch_size):
-            batch = [items[i] for i in idx]
-            prompts, spans = zip(*(build_prompt(it.phrases) for it in batch))
-            tensors = [self.transform(it.image, None)[0] for it in batch]
-            probs, boxes = self._forward(tensors, list(prompts))
-            for b, it in enumerate(batch):
-                offsets = self.tokenizer(prompts[b], return_offsets_mapping=True)["offset_mapping"]
-                toks = phrase_token_indices(offsets, spans[b])
-                results[idx[b]] = select_boxes(probs[b], boxes[b], toks, it.phrases, self.cfg.box_threshold,
-                                               self.cfg.text_threshold, it.width, it.height,
-                                               self.cfg.max_boxes_per_phrase)
-        return results
+        return ground_in_batches(items, self.cfg, self._forward_items, self.tokenizer)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .base import Box, GroundingConfig, GroundItem, build_prompt, phrase_token_indices, select_boxes, size_batches
+from .base import Box, GroundingConfig, GroundItem, ground_in_batches
 
 
 class HFGroundingDinoGrounder:
@@ -22,24 +22,15 @@ class HFGroundingDinoGrounder:
         self.model = GroundingDinoForObjectDetection.from_pretrained(cfg.model_dir, local_files_only=True)
         self.model.eval().to(cfg.device)
 
-    def ground(self, items: Sequence[GroundItem]) -> list[list[list[Box]]]:
+    def _forward(self, batch: list[GroundItem], prompts: list[str]):
         import torch
 
-        results: list[list[list[Box]]] = [[] for _ in items]
         on_cuda = str(self.cfg.device).startswith("cuda")
-        for idx in size_batches(items, self.cfg.batch_size):
-            batch = [items[i] for i in idx]
-            prompts, spans = zip(*(build_prompt(it.phrases) for it in batch))
-            inputs = self.processor(images=[it.image for it in batch], text=list(prompts), return_tensors="pt",
-                                    padding=True).to(self.cfg.device)
-            with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16, enabled=on_cuda and self.cfg.half):
-                out = self.model(**inputs)
-            probs = out.logits.float().sigmoid().cpu().numpy()
-            boxes = out.pred_boxes.float().cpu().numpy()
-            for b, it in enumerate(batch):
-                offsets = self.processor.tokenizer(prompts[b], return_offsets_mapping=True)["offset_mapping"]
-                toks = phrase_token_indices(offsets, spans[b])
-                results[idx[b]] = select_boxes(probs[b], boxes[b], toks, it.phrases, self.cfg.box_threshold,
-                                               self.cfg.text_threshold, it.width, it.height,
-                                               self.cfg.max_boxes_per_phrase)
-        return results
+        inputs = self.processor(images=[it.image for it in batch], text=prompts, return_tensors="pt",
+                                padding=True).to(self.cfg.device)
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16, enabled=on_cuda and self.cfg.half):
+            out = self.model(**inputs)
+        return out.logits.float().sigmoid().cpu().numpy(), out.pred_boxes.float().cpu().numpy()
+
+    def ground(self, items: Sequence[GroundItem]) -> list[list[list[Box]]]:
+        return ground_in_batches(items, self.cfg, self._forward, self.processor.tokenizer)
