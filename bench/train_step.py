@@ -13,6 +13,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def synthetic_batch(task, batch: int, device) -> tuple:
+    """Random images, 20-token captions, 5 masked tokens per caption and a quarter of the patches masked."""
+    import torch
+
+    size = task.grid * task.patch_size
+    images = torch.randn(batch, 3, size, size, device=device)
+    texts = torch.randint(1, 49000, (batch, 77), device=device)
+    texts[:, 0], texts[:, 20], texts[:, 21:] = 49406, 49407, 0
+    tm = torch.zeros(batch, 77, dtype=torch.bool, device=device)
+    tm[:, 3:8] = True
+    im = torch.zeros(batch, task.grid ** 2, dtype=torch.bool, device=device)
+    im[:, : task.grid ** 2 // 4] = True
+    return images, texts, tm, im
+
+
 def stepper(arch: str, mode: str, batch: int):
     """A function running one optimiser step of ``mode`` on fixed random inputs; returns its seconds."""
     import torch
@@ -22,16 +37,8 @@ def stepper(arch: str, mode: str, batch: int):
     torch.manual_seed(0)
     cfg = TrainConfig(arch=arch, mode=mode)
     task = build_task(cfg)
-    size = task.grid * task.patch_size
     opt = make_optimizer(task, cfg, torch.device("cpu"))  # as the training loop builds it
-    images = torch.randn(batch, 3, size, size)
-    texts = torch.randint(1, 49000, (batch, 77))
-    texts[:, 0], texts[:, 20] = 49406, 49407
-    texts[:, 21:] = 0
-    tm = torch.zeros(batch, 77, dtype=torch.bool)
-    tm[:, 3:8] = True
-    im = torch.zeros(batch, task.grid ** 2, dtype=torch.bool)
-    im[:, : task.grid ** 2 // 4] = True
+    images, texts, tm, im = synthetic_batch(task, batch, "cpu")
 
     def step() -> float:
         t0 = time.perf_counter()
