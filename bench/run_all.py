@@ -51,8 +51,8 @@ def stability(previous: str, current: str) -> list[str]:
              "Each ratio of this run beside the one in the results file it replaced (the same scripts, run again).",
              "", "| figure | previous | this run | this / previous |", "|---|---|---|---|"]
     for k in common:
-        lines.append(f"| {k.rsplit(' #', 1)[0]} | {old[k]:g} | {new[k]:g} | {new[k] / old[k]:.2f} |"
-                     if old[k] else f"| {k} | {old[k]:g} | {new[k]:g} | - |")
+        change = f"{new[k] / old[k]:.2f}" if old[k] else "-"
+        lines.append(f"| {k.rsplit(' #', 1)[0]} | {old[k]:g} | {new[k]:g} | {change} |")
     return lines + [""]
 
 
