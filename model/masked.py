@@ -30,8 +30,10 @@ def encode_text_tokens(clip: nn.Module, text: torch.Tensor, mask: torch.Tensor |
     if mask is not None:
         m = mask.to(x.dtype).unsqueeze(-1)
         x = x * (1 - m) + mask_token.to(x.dtype) * m
-    x = x + clip.positional_embedding.to(cast)
-    x = clip.transformer(x, attn_mask=clip.attn_mask)
+    L = text.shape[1]  # the context length, or fewer positions for a batch trimmed after its last EOT
+    attn_mask = clip.attn_mask[:L, :L] if clip.attn_mask is not None else None
+    x = x + clip.positional_embedding[:L].to(cast)
+    x = clip.transformer(x, attn_mask=attn_mask)
     x = clip.ln_final(x)
     proj = clip.text_projection
     if proj is not None:
@@ -51,20 +53,11 @@ def encode_text_trimmed(clip: nn.Module, text: torch.Tensor) -> torch.Tensor:
 
     Under the causal mask no position attends to a later one, so the EOT feature does not depend on the
     padding after it: dropping the padding columns changes nothing but the cost (captions are ~15 of 77
-    tokens). Only the pooled token is projected.
+    tokens).
     """
     if not supports_trimmed_text(clip):
         raise ValueError("trimmed text encoding needs a causal CLIP text tower with argmax pooling")
-    eot = text.argmax(dim=-1)
-    L = int(eot.max()) + 1
-    cast = clip.transformer.get_cast_dtype()
-    x = clip.token_embedding(text[:, :L]).to(cast) + clip.positional_embedding[:L].to(cast)
-    x = clip.transformer(x, attn_mask=clip.attn_mask[:L, :L])
-    x = clip.ln_final(x[torch.arange(x.shape[0], device=x.device), eot])
-    proj = clip.text_projection
-    if proj is not None:
-        x = proj(x) if isinstance(proj, nn.Linear) else x @ proj
-    return x
+    return encode_text_tokens(clip, text[:, :int(text.argmax(dim=-1).max()) + 1])[1]
 
 
 def encode_image_tokens(visual: nn.Module, images: torch.Tensor, mask: torch.Tensor | None = None,
