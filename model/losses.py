@@ -46,15 +46,74 @@ def intra_modal_loss(full: torch.Tensor, masked: torch.Tensor, scale: torch.Tens
     return (F.cross_entropy(scale * masked @ full.t(), labels) + F.cross_entropy(scale * full @ masked.t(), labels)) / 2
 
 
-def masked_text_nll(log_probs: torch.Tensor, targets: torch.Tensor, sample: torch.Tensor, batch: int) -> torch.Tensor:
-    """log_probs [N, V] at the N masked positions, their original token ids [N] and sample index [N]."""
-    if log_probs.shape[0] == 0:
-        return log_probs.sum() * 0.0
-    nll = -log_probs.gather(1, targets.unsqueeze(1)).squeeze(1)  # [N]
-    per_sample = torch.zeros(batch, device=nll.device, dtype=nll.dtype).index_add_(0, sample, nll)
-    counts = torch.zeros(batch, device=nll.device, dtype=nll.dtype).index_add_(0, sample, torch.ones_like(nll))
+def per_sample_mean(values: torch.Tensor, sample: torch.Tensor, batch: int) -> torch.Tensor:
+    """Mean of ``values`` [N] within each sample (``sample`` [N] its index), then over the samples that have any
+    (0 when none has)."""
+    if values.shape[0] == 0:
+        return values.sum() * 0.0
+    per_sample = torch.zeros(batch, device=values.device, dtype=values.dtype).index_add_(0, sample, values)
+    counts = torch.zeros(batch, device=values.device, dtype=values.dtype).index_add_(0, sample,
+                                                                                     torch.ones_like(values))
     has = counts > 0
     return (per_sample[has] / counts[has]).mean()
+
+
+def masked_text_nll(log_probs: torch.Tensor, targets: torch.Tensor, sample: torch.Tensor, batch: int) -> torch.Tensor:
+    """log_probs [N, V] at the N masked positions, their original token ids [N] and sample index [N]."""
+    nll = -log_probs.gather(1, targets.unsqueeze(1)).squeeze(1) if log_probs.shape[0] else log_probs[:, 0]
+    return per_sample_mean(nll, sample, batch)
+
+
+class _VocabNLL(torch.autograd.Function):
+    """Per-row NLL of ``targets`` under softmax(hidden @ weight.T + bias), with one [N, V] buffer.
+
+    Forward: logits -> row max m -> exp(logits - m) in place -> row sums s; NLL = m + log s - target logit. It
+    keeps the unnormalised exp (softmax = exp / s) and s. Backward folds 1/s, the one-hot target and the
+    incoming per-row gradient into the matrix products (the bias gradient rides along as one more column), so
+    the vocabulary-sized buffer is passed over twice forward and read by two products backward; ``log_softmax``
+    + ``gather`` pass over it about twice as often and zero-fill an [N, V] gradient for the gather.
+    Same values and gradients. Under CUDA autocast the products run in the autocast dtype and the row statistics
+    in fp32.
+    """
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(ctx, hidden, weight, bias, targets):
+        logits = F.linear(hidden, weight, bias)
+        acc = torch.promote_types(logits.dtype, torch.float32)
+        lf = logits.to(acc)  # the same buffer when it is fp32
+        target_logit = lf.gather(1, targets.unsqueeze(1)).squeeze(1)
+        m = lf.amax(dim=1, keepdim=True) if lf.shape[0] else lf.new_zeros(0, 1)
+        e = lf.sub_(m).exp_()
+        s = e.sum(dim=1)
+        ctx.save_for_backward(hidden, weight, e.to(logits.dtype), s, targets)
+        ctx.has_bias = bias is not None
+        return m.squeeze(1) + s.log() - target_logit
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        # d nll_n / d logits_n = e_n / s_n - one_hot(target_n), times the incoming grad_n
+        hidden, weight, e, s, targets = ctx.saved_tensors
+        acc = s.dtype
+        g = grad.to(acc).unsqueeze(1)  # [N, 1]
+        gs = g / s.unsqueeze(1)
+        d_hidden = (e @ weight.to(e.dtype)).to(acc).mul_(gs).sub_(weight[targets].to(acc) * g).to(hidden.dtype)
+        h = hidden.to(acc)
+        cols = torch.cat([h * gs, gs], 1) if ctx.has_bias else h * gs  # the bias gradient as a last column
+        d_wb = (e.t() @ cols.to(e.dtype)).to(acc)
+        d_wb.index_add_(0, targets, torch.cat([h * g, g], 1) if ctx.has_bias else h * g, alpha=-1)
+        d_weight = d_wb[:, :h.shape[1]].to(weight.dtype)
+        d_bias = d_wb[:, -1].to(weight.dtype) if ctx.has_bias else None
+        return d_hidden, d_weight, d_bias, None
+
+
+def vocab_nll(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+              targets: torch.Tensor) -> torch.Tensor:
+    """-log softmax(hidden @ weight.T + bias)[target] per row of ``hidden`` [N, E] (``targets`` [N] token ids):
+    the vocabulary head and its NLL fused, for the masked-text loss."""
+    return _VocabNLL.apply(hidden, weight, bias, targets)
 
 
 def patchify(images: torch.Tensor, p: int) -> torch.Tensor:

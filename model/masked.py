@@ -1,4 +1,4 @@
-"""Masked encoding through the CLIP towers' own layers (no monkey-patching), full and masked copies in one pass.
+"""Masked encoding through the CLIP towers' own layers (no monkey-patching), full and masked copies together.
 
 Text: token embedding -> (masked positions replaced by the text mask token) -> + positional embedding ->
 the causal transformer -> ln_final -> text projection at *every* position. The global feature is the EOT
@@ -7,6 +7,8 @@ Image: conv1 patches -> CLS prepended -> (masked patches replaced by the image m
 + positional embedding -> ln_pre -> transformer -> ln_post and proj on *all* tokens (the reference projects the
 patch tokens too). Masks are boolean with True = masked; image masks have no CLS slot.
 With nothing masked both functions return exactly what ``clip.encode_text`` / ``clip.encode_image`` return.
+Pairs for training: the image copies run as one 2B batch sharing the patch embedding (``encode_image_pair``);
+the masked text copy is encoded only up to the last position read from it (``encode_text_pair``).
 """
 from __future__ import annotations
 
@@ -60,12 +62,29 @@ def encode_text_trimmed(clip: nn.Module, text: torch.Tensor) -> torch.Tensor:
     return encode_text_tokens(clip, text[:, :int(text.argmax(dim=-1).max()) + 1])[1]
 
 
-def encode_image_tokens(visual: nn.Module, images: torch.Tensor, mask: torch.Tensor | None = None,
-                        mask_token: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(CLS feature [B, E], patch features [B, N, E]), both after ln_post and proj, unnormalised."""
+def encode_text_pair(clip: nn.Module, text: torch.Tensor, mask: torch.Tensor, mask_token: torch.Tensor,
+                     masked_length: int) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """((full tokens [B, L, E], full EOT), (masked tokens [B, masked_length, E], masked EOT)).
+
+    The full copy keeps every position: the image predictor attends to all of them, padding included, as the
+    reference. The masked copy is read only at its masked positions and its EOT, so it is encoded on its first
+    ``masked_length`` positions (the caller's max over the batch of the EOT and the last masked position, + 1):
+    under the causal mask nothing there depends on a later position, so the features are the ones the
+    full-length pass gives (captions are ~15 of 77 tokens).
+    """
+    full = encode_text_tokens(clip, text)
+    n = masked_length
+    return full, encode_text_tokens(clip, text[:, :n], mask[:, :n], mask_token)
+
+
+def _patch_embed(visual: nn.Module, images: torch.Tensor) -> torch.Tensor:
     _check_vision(visual)
     x = visual.conv1(images)  # [B, W, g, g]
-    x = x.reshape(x.shape[0], x.shape[1], -1).permute(0, 2, 1)  # [B, N, W]
+    return x.reshape(x.shape[0], x.shape[1], -1).permute(0, 2, 1)  # [B, N, W]
+
+
+def _encode_patches(visual: nn.Module, x: torch.Tensor, mask: torch.Tensor | None,
+                    mask_token: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     cls = visual.class_embedding.to(x.dtype).expand(x.shape[0], 1, -1)
     if mask is not None:
         m = mask.to(x.dtype).unsqueeze(-1)
@@ -79,3 +98,19 @@ def encode_image_tokens(visual: nn.Module, images: torch.Tensor, mask: torch.Ten
     if visual.proj is not None:
         x = x @ visual.proj
     return x[:, 0], x[:, 1:]
+
+
+def encode_image_tokens(visual: nn.Module, images: torch.Tensor, mask: torch.Tensor | None = None,
+                        mask_token: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(CLS feature [B, E], patch features [B, N, E]), both after ln_post and proj, unnormalised."""
+    return _encode_patches(visual, _patch_embed(visual, images), mask, mask_token)
+
+
+def encode_image_pair(visual: nn.Module, images: torch.Tensor, mask: torch.Tensor, mask_token: torch.Tensor
+                      ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """((full CLS, full patches), (masked CLS, masked patches)): both copies through the transformer as one
+    2B batch; the patch embedding, the same for both before the mask token goes in, is computed once."""
+    x = _patch_embed(visual, images)
+    B = x.shape[0]
+    cls, patches = _encode_patches(visual, torch.cat([x, x]), torch.cat([torch.zeros_like(mask), mask]), mask_token)
+    return (cls[:B], patches[:B]), (cls[B:], patches[B:])

@@ -47,11 +47,13 @@ def inject_global(tokens: torch.Tensor, global_feat: torch.Tensor) -> torch.Tens
     return (tokens + global_feat.unsqueeze(1)) / 2
 
 
-def gather_queries(x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def gather_queries(x: torch.Tensor, positions: torch.Tensor, count: int | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """The tokens of ``x`` [B, L, E] at ``positions`` [B, L] (bool), packed left per sample: ([B, M, E], valid
-    [B, M]) with M the largest count; ``out[valid]`` lists them in the order of ``x[positions]``."""
+    [B, M]) with M the largest count (``count``, when the caller has it on the host: no device sync here);
+    ``out[valid]`` lists them in the order of ``x[positions]``."""
     counts = positions.sum(dim=1)
-    m = int(counts.max()) if positions.numel() else 0
+    m = count if count is not None else (int(counts.max()) if positions.numel() else 0)
     idx = torch.argsort((~positions).to(torch.int8), dim=1, stable=True)[:, :m]  # masked first, in order
     valid = torch.arange(m, device=x.device) < counts.unsqueeze(1)
     return x.gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1])), valid
@@ -92,13 +94,20 @@ class TextPredictor(nn.Module):
                 positions: torch.Tensor | None = None) -> torch.Tensor:
         """x: masked text tokens [B, L, E]; y: full image patches [B, N, E]. Returns log-probabilities at
         ``positions`` (a [B, L] bool mask) as [n_masked, V], or at every position [B, L, V] if None."""
+        return torch.log_softmax(self.head(self.features(x, x_global, y, y_global, positions)).float(), dim=-1)
+
+    def features(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
+                 positions: torch.Tensor | None = None, count: int | None = None) -> torch.Tensor:
+        """What the vocabulary head reads: [n_masked, E] at ``positions`` (in the order of ``x[positions]``), or
+        [B, L, E] if None. The training loss feeds it to ``losses.vocab_nll`` with the head's weights.
+        ``count``: the largest number of masked positions in a sample, if known (see ``gather_queries``)."""
         x = inject_global(x, x_global)
         y = inject_global(y, y_global)
         valid = None
         if positions is not None and not len(self.self_blocks):
             # cross-attention only: every query position is computed independently of the others, so only the
             # masked ones are run (same outputs; a fraction of the cost)
-            x, valid = gather_queries(x, positions)
+            x, valid = gather_queries(x, positions, count)
         for b in self.self_blocks:
             x = b(x)
         for b in self.cross_blocks:
@@ -107,7 +116,7 @@ class TextPredictor(nn.Module):
         if positions is not None:
             # vocabulary logits only where a token is masked: same loss, far less memory
             x = x[valid] if valid is not None else x[positions]
-        return torch.log_softmax(self.head(x).float(), dim=-1)
+        return x
 
 
 class ImagePredictor(nn.Module):
@@ -130,15 +139,15 @@ class ImagePredictor(nn.Module):
         nn.init.zeros_(self.proj[1].bias)
 
     def forward(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
-                positions: torch.Tensor | None = None) -> torch.Tensor:
+                positions: torch.Tensor | None = None, count: int | None = None) -> torch.Tensor:
         """x: masked image patches [B, N, E]; y: full text tokens [B, L, E]. Returns [B, N, P*P*3]; with
         ``positions`` ([B, N] bool, the patches the loss uses) and no self-attention layers only those patches are
-        computed and the other rows are zero."""
+        computed and the other rows are zero (``count`` as in ``TextPredictor.features``)."""
         x = inject_global(x, x_global)
         y = inject_global(y, y_global)
         x = self.decoder_embed(x) + self.pos_embed.to(x.dtype)
         if positions is not None and not len(self.self_blocks):
-            q, valid = gather_queries(x, positions)
+            q, valid = gather_queries(x, positions, count)
             for b in self.cross_blocks:
                 q = b(q, y)
             q = self.proj(self.ln(q))

@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .losses import LossWeights, contrast_loss, intra_modal_loss, masked_image_mse, masked_text_nll, total_loss
-from .masked import encode_image_tokens, encode_text_tokens
+from .losses import (LossWeights, contrast_loss, intra_modal_loss, masked_image_mse, per_sample_mean, total_loss,
+                     vocab_nll)
+from .masked import encode_image_pair, encode_image_tokens, encode_text_pair, encode_text_tokens
 from .predictors import ImagePredictor, TextPredictor
 
 MODES = ("macco", "clip-ft", "text-only", "image-only")
@@ -78,6 +79,16 @@ class MaccoTask(nn.Module):
 
         return gather_features(a, b, rank=self.rank, world_size=self.world_size)
 
+    def _sizes(self, texts: torch.Tensor, text_mask: torch.Tensor, image_mask: torch.Tensor) -> list[int]:
+        """The shapes the step needs on the host, read in one device sync before any work is queued: the masked
+        text copy's length (the batch's last EOT or masked position, + 1) and the largest masked-token and
+        masked-patch counts of a sample (the predictors' query counts)."""
+        L = texts.shape[1]
+        last_masked = torch.where(text_mask, torch.arange(L, device=texts.device), 0).amax(dim=1)
+        text_len = torch.maximum(texts.argmax(dim=-1), last_masked).amax() + 1
+        sizes = torch.stack([text_len, text_mask.sum(dim=1).amax(), image_mask.sum(dim=1).amax()])
+        return sizes.tolist() if texts.shape[0] else [L, 0, 0]
+
     def forward(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor,
                 image_mask: torch.Tensor, hard_texts: torch.Tensor | None = None,
                 stats: bool = True) -> dict[str, torch.Tensor]:
@@ -86,16 +97,15 @@ class MaccoTask(nn.Module):
         on the steps it logs)."""
         cfg, clip, B = self.cfg, self.clip, texts.shape[0]
         scale = clip.logit_scale.exp()
+        text_len, text_count, image_count = self._sizes(texts, text_mask, image_mask)
         if cfg.masks_text:
-            tm = torch.cat([torch.zeros_like(text_mask), text_mask])
-            tok, glob = encode_text_tokens(clip, torch.cat([texts, texts]), tm, self.text_mask_token)
-            t_tok, tm_tok, t_glob, tm_glob = tok[:B], tok[B:], glob[:B], glob[B:]
+            (t_tok, t_glob), (tm_tok, tm_glob) = encode_text_pair(clip, texts, text_mask, self.text_mask_token,
+                                                                  text_len)
         else:
             t_tok, t_glob = encode_text_tokens(clip, texts)
         if cfg.masks_image:
-            im = torch.cat([torch.zeros_like(image_mask), image_mask])
-            cls, patches = encode_image_tokens(clip.visual, torch.cat([images, images]), im, self.img_mask_token)
-            i_glob, im_glob, i_tok, im_tok = cls[:B], cls[B:], patches[:B], patches[B:]
+            (i_glob, i_tok), (im_glob, im_tok) = encode_image_pair(clip.visual, images, image_mask,
+                                                                   self.img_mask_token)
         else:
             i_glob, i_tok = encode_image_tokens(clip.visual, images)
         I, T = F.normalize(i_glob, dim=-1), F.normalize(t_glob, dim=-1)
@@ -123,16 +133,20 @@ class MaccoTask(nn.Module):
         if intra:
             out["intra_modal_contrast_loss"] = sum(intra) / len(intra)
         if cfg.masks_text:
-            logp = self.text_predictor(tm_tok, tm_glob, i_tok.detach(), i_glob.detach(), positions=text_mask)
+            tp = self.text_predictor
+            h = tp.features(tm_tok, tm_glob, i_tok.detach(), i_glob.detach(), positions=text_mask[:, :text_len],
+                            count=text_count)
             targets = texts[text_mask]
             sample = text_mask.nonzero()[:, 0]
-            out["mask_loss_text"] = masked_text_nll(logp, targets, sample, B)
+            # the head and its NLL fused: the same loss as log_softmax + gather, one vocabulary-sized buffer
+            out["mask_loss_text"] = per_sample_mean(vocab_nll(h, tp.head.weight, tp.head.bias, targets), sample, B)
             if stats:
                 with torch.no_grad():
-                    out["masked_word_acc"] = (logp.argmax(-1) == targets).float().mean() if len(targets) \
-                        else logp.new_zeros(())
+                    out["masked_word_acc"] = (tp.head(h).argmax(-1) == targets).float().mean() if len(targets) \
+                        else h.new_zeros(())
         if cfg.masks_image:
-            pred = self.image_predictor(im_tok.detach(), im_glob.detach(), t_tok, t_glob, positions=image_mask)
+            pred = self.image_predictor(im_tok.detach(), im_glob.detach(), t_tok, t_glob, positions=image_mask,
+                                        count=image_count)
             out["mask_loss_image"] = masked_image_mse(pred, images, image_mask, self.patch_size)
         out["total_loss"] = total_loss(out, cfg.weights)
         with torch.no_grad():

@@ -6,8 +6,9 @@ import torch
 
 from model import register_model_configs
 from model.losses import (LossWeights, contrast_loss, intra_modal_loss, masked_image_mse, masked_text_nll, patchify,
-                          total_loss)
-from model.masked import encode_image_tokens, encode_text_tokens, encode_text_trimmed, supports_trimmed_text
+                          per_sample_mean, total_loss, vocab_nll)
+from model.masked import (encode_image_pair, encode_image_tokens, encode_text_pair, encode_text_tokens,
+                          encode_text_trimmed, supports_trimmed_text)
 from model.predictors import sincos_2d
 from model.task import MaccoConfig, MaccoTask
 
@@ -67,6 +68,33 @@ def test_mask_changes_only_what_it_should(clip, batch):
     assert torch.allclose(tok0[2], tok1[2], atol=1e-6)  # sample without mask unchanged
 
 
+def test_training_pairs_equal_separate_full_length_encodings(clip, batch):
+    """The image pair (one 2B batch, patch embedding shared) and the text pair (masked copy cut after the last
+    position read from it) give what two separate full-length encodings give, in value and in gradient; the
+    task's own length is the batch's last EOT or masked position + 1."""
+    img, t, tm, im = batch
+    token = torch.randn(32, requires_grad=True)
+    (f_cls, f_p), (m_cls, m_p) = encode_image_pair(clip.visual, img, im, token)
+    r_cls, r_p = encode_image_tokens(clip.visual, img)
+    rm_cls, rm_p = encode_image_tokens(clip.visual, img, im, token)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in ((f_cls, r_cls), (f_p, r_p), (m_cls, rm_cls), (m_p, rm_p)))
+    tm = tm.clone()
+    tm[2, 3] = True
+    n = MaccoTask(clip, MaccoConfig())._sizes(t, tm, im)[0]
+    assert n == int(t.argmax(-1).max()) + 1 < 77
+    (f_tok, f_g), (m_tok, m_g) = encode_text_pair(clip, t, tm, token, n)
+    ref_tok, ref_g = encode_text_tokens(clip, t, tm, token)
+    assert f_tok.shape == (3, 77, 32) and m_tok.shape == (3, n, 32)
+    assert torch.allclose(f_g, clip.encode_text(t), atol=1e-5) and torch.allclose(m_g, ref_g, atol=1e-5)
+    assert torch.allclose(m_tok[tm[:, :n]], ref_tok[tm], atol=1e-5)
+    g_pair = torch.autograd.grad(m_tok[tm[:, :n]].sum() + m_g.sum(), (token, clip.token_embedding.weight))
+    g_ref = torch.autograd.grad(ref_tok[tm].sum() + ref_g.sum(), (token, clip.token_embedding.weight))
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(g_pair, g_ref))
+    late = torch.zeros_like(tm)
+    late[0, 60] = True  # a mask past every EOT (a word piece matching padding) still lies inside the cut
+    assert MaccoTask(clip, MaccoConfig())._sizes(t, late, im) == [61, 1, 4]
+
+
 def grads(task, loss):
     task.zero_grad()
     loss.backward(retain_graph=True)
@@ -97,6 +125,49 @@ def test_stop_gradient_map_matches_reference(clip, batch):
         g = grads(task, out[term])
         assert g["text_encoder"] and g["image_encoder"] and g["text_mask_token"] and g["img_mask_token"]
         assert g["logit_scale"] and not g["text_predictor"] and not g["image_predictor"]
+
+
+def reference_terms(task, img, t, tm, im):
+    """The MACCO terms computed the plain way, as the reference does: full and masked copies as one 2B pass at
+    all 77 text positions, log-probabilities at every position, predictors over every query."""
+    F = torch.nn.functional
+    clip, B = task.clip, t.shape[0]
+    s = clip.logit_scale.exp()
+    tok, glob = encode_text_tokens(clip, torch.cat([t, t]), torch.cat([torch.zeros_like(tm), tm]),
+                                   task.text_mask_token)
+    cls, pat = encode_image_tokens(clip.visual, torch.cat([img, img]), torch.cat([torch.zeros_like(im), im]),
+                                   task.img_mask_token)
+    I, I_m, T, T_m = (F.normalize(x, dim=-1) for x in (cls[:B], cls[B:], glob[:B], glob[B:]))
+    logp = task.text_predictor(tok[B:], glob[B:], pat[:B].detach(), cls[:B].detach())  # [B, 77, V]
+    nll = -logp.gather(2, t.unsqueeze(-1)).squeeze(-1)
+    m = tm.float()
+    per = (nll * m).sum(1) / m.sum(1).clamp(min=1)
+    pred = task.image_predictor(pat[B:].detach(), cls[B:].detach(), tok[:B], glob[:B])  # every patch
+    terms = {"contrast_loss": contrast_loss([I, I_m], [T, T_m], s),
+             "intra_modal_contrast_loss": (intra_modal_loss(T, T_m, s) + intra_modal_loss(I, I_m, s)) / 2,
+             "mask_loss_text": per[m.sum(1) > 0].mean(),
+             "mask_loss_image": masked_image_mse(pred, img, im, task.patch_size)}
+    return terms, total_loss(terms, LossWeights())
+
+
+def test_task_step_equals_the_plain_reference_computation(clip, batch):
+    """Every shortcut of the training step (text pair cut after the last read position, shared patch
+    embedding, masked-only predictor queries, fused vocabulary NLL, one host sync) leaves the loss terms and
+    every parameter's gradient as the plain computation gives them."""
+    torch.manual_seed(3)
+    task = MaccoTask(clip, MaccoConfig())
+    out = task(*batch)
+    terms, total = reference_terms(task, *batch)
+    for k, v in terms.items():
+        assert torch.allclose(out[k], v, rtol=1e-4, atol=1e-6), k
+    params = [p for p in task.parameters() if p.requires_grad]
+    got = torch.autograd.grad(out["total_loss"], params, allow_unused=True)
+    want = torch.autograd.grad(total, params, allow_unused=True)
+    names = [n for n, p in task.named_parameters() if p.requires_grad]
+    for n, a, b in zip(names, got, want):
+        assert (a is None) == (b is None), n
+        if a is not None:
+            assert torch.allclose(a, b, rtol=1e-3, atol=1e-6), n
 
 
 @pytest.mark.parametrize("mode,terms", [
@@ -168,6 +239,29 @@ def test_masked_text_nll_hand_value():
     assert masked_text_nll(logp[:0], torch.tensor([], dtype=torch.long), torch.tensor([], dtype=torch.long), 3) == 0
 
 
+def test_fused_vocab_nll_equals_log_softmax_and_gather():
+    """Values and all three gradients equal log_softmax(linear) + gather (float64 gradcheck included), for
+    repeated targets, uneven incoming gradients and no rows at all."""
+    torch.manual_seed(0)
+    h = torch.randn(6, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(11, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(11, dtype=torch.float64, requires_grad=True)
+    t = torch.tensor([3, 3, 0, 10, 7, 3])
+    up = torch.rand(6, dtype=torch.float64)
+    ref = -torch.log_softmax(torch.nn.functional.linear(h, w, b), -1).gather(1, t[:, None]).squeeze(1)
+    got = vocab_nll(h, w, b, t)
+    assert torch.allclose(got, ref)
+    g_ref = torch.autograd.grad((ref * up).sum(), (h, w, b))
+    g_got = torch.autograd.grad((vocab_nll(h, w, b, t) * up).sum(), (h, w, b))
+    assert all(torch.allclose(a, c) for a, c in zip(g_ref, g_got))
+    assert torch.autograd.gradcheck(lambda h, w, b: vocab_nll(h, w, b, t), (h, w, b))
+    assert torch.autograd.gradcheck(lambda h, w: vocab_nll(h, w, None, t), (h, w))
+    empty = vocab_nll(h[:0], w, b, t[:0])
+    assert empty.shape == (0,)
+    empty.sum().backward()
+    assert not w.grad.any()
+
+
 def test_masked_image_mse_hand_value():
     img = torch.zeros(2, 3, 1, 2)
     img[0, :, 0, 0] = torch.tensor([1.0, 2.0, 3.0])  # patch (p=1) values -> mean 2, unbiased var 1
@@ -201,6 +295,10 @@ def test_masked_only_logits_give_the_all_position_loss(clip, batch):
     ref = per[m.sum(1) > 0].mean()
     ours = masked_text_nll(task.text_predictor(x, g, y, yg, positions=tm), t[tm], tm.nonzero()[:, 0], 3)
     assert torch.allclose(ours, ref, atol=1e-5)
+    head = task.text_predictor.head  # the training path: features at masked positions, the fused head + NLL
+    fused = per_sample_mean(vocab_nll(task.text_predictor.features(x, g, y, yg, positions=tm), head.weight,
+                                      head.bias, t[tm]), tm.nonzero()[:, 0], 3)
+    assert torch.allclose(fused, ref, atol=1e-5)
 
 
 def test_predictors_run_only_the_masked_queries_with_the_same_outputs_and_gradients(clip, batch):
