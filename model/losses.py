@@ -139,6 +139,19 @@ def masked_image_mse(pred: torch.Tensor, images: torch.Tensor, mask: torch.Tenso
     return (per_sample * has).sum() / (has.sum() + 1e-8)
 
 
+def masked_patch_mse(pred_rows: torch.Tensor, images: torch.Tensor, mask: torch.Tensor, patch_size: int
+                     ) -> torch.Tensor:
+    """``masked_image_mse`` from the predictions at the masked patches only: ``pred_rows`` [n, p*p*3] in the order
+    of ``mask.nonzero()``. The target is normalised only where it is read; the value is the same up to the
+    reference's 1e-8 in the final division."""
+    target = patchify(images.float(), patch_size)[mask]  # [n, p*p*3]
+    mean = target.mean(dim=-1, keepdim=True)
+    var = target.var(dim=-1, keepdim=True)
+    target = (target - mean) / (var + 1e-6) ** 0.5
+    err = ((pred_rows.float() - target) ** 2).mean(dim=-1)
+    return per_sample_mean(err, mask.nonzero()[:, 0], mask.shape[0])
+
+
 def total_loss(terms: dict[str, torch.Tensor], w: LossWeights) -> torch.Tensor:
     weights = {"contrast_loss": w.contrast, "intra_modal_contrast_loss": w.intra_modal,
                "mask_loss_text": w.mask_text, "mask_loss_image": w.mask_image}

@@ -22,17 +22,23 @@ def _check_vision(visual: nn.Module) -> None:
         raise ValueError("masked image encoding supports the standard CLIP ViT tower (class-token pooling)")
 
 
-def encode_text_tokens(clip: nn.Module, text: torch.Tensor, mask: torch.Tensor | None = None,
-                       mask_token: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(all-token features [B, L, E], global EOT feature [B, E]), unnormalised."""
+def _check_text(clip: nn.Module) -> None:
     if getattr(clip, "text_pool_type", "argmax") != "argmax":
         raise ValueError("masked text encoding supports CLIP's argmax (EOT) text pooling")
-    cast = clip.transformer.get_cast_dtype()
-    x = clip.token_embedding(text).to(cast)  # [B, L, D]
-    if mask is not None:
-        m = mask.to(x.dtype).unsqueeze(-1)
-        x = x * (1 - m) + mask_token.to(x.dtype) * m
+
+
+def _embed_text(clip: nn.Module, text: torch.Tensor) -> torch.Tensor:
+    return clip.token_embedding(text).to(clip.transformer.get_cast_dtype())  # [B, L, D]
+
+
+def _put_mask_token(x: torch.Tensor, mask: torch.Tensor, mask_token: torch.Tensor) -> torch.Tensor:
+    m = mask.to(x.dtype).unsqueeze(-1)
+    return x * (1 - m) + mask_token.to(x.dtype) * m
+
+
+def _encode_embedded_text(clip: nn.Module, x: torch.Tensor, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     L = text.shape[1]  # the context length, or fewer positions for a batch trimmed after its last EOT
+    cast = clip.transformer.get_cast_dtype()
     attn_mask = clip.attn_mask[:L, :L] if clip.attn_mask is not None else None
     x = x + clip.positional_embedding[:L].to(cast)
     x = clip.transformer(x, attn_mask=attn_mask)
@@ -42,6 +48,16 @@ def encode_text_tokens(clip: nn.Module, text: torch.Tensor, mask: torch.Tensor |
         x = proj(x) if isinstance(proj, nn.Linear) else x @ proj  # [B, L, E]
     eot = x[torch.arange(x.shape[0], device=x.device), text.argmax(dim=-1)]
     return x, eot
+
+
+def encode_text_tokens(clip: nn.Module, text: torch.Tensor, mask: torch.Tensor | None = None,
+                       mask_token: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(all-token features [B, L, E], global EOT feature [B, E]), unnormalised."""
+    _check_text(clip)
+    x = _embed_text(clip, text)
+    if mask is not None:
+        x = _put_mask_token(x, mask, mask_token)
+    return _encode_embedded_text(clip, x, text)
 
 
 def supports_trimmed_text(clip: nn.Module) -> bool:
@@ -72,9 +88,11 @@ def encode_text_pair(clip: nn.Module, text: torch.Tensor, mask: torch.Tensor, ma
     under the causal mask nothing there depends on a later position, so the features are the ones the
     full-length pass gives (captions are ~15 of 77 tokens).
     """
-    full = encode_text_tokens(clip, text)
+    _check_text(clip)
+    x = _embed_text(clip, text)  # once for both copies (one dense embedding gradient, not two)
     n = masked_length
-    return full, encode_text_tokens(clip, text[:, :n], mask[:, :n], mask_token)
+    return (_encode_embedded_text(clip, x, text),
+            _encode_embedded_text(clip, _put_mask_token(x[:, :n], mask[:, :n], mask_token), text[:, :n]))
 
 
 def _patch_embed(visual: nn.Module, images: torch.Tensor) -> torch.Tensor:
@@ -87,8 +105,7 @@ def _encode_patches(visual: nn.Module, x: torch.Tensor, mask: torch.Tensor | Non
                     mask_token: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     cls = visual.class_embedding.to(x.dtype).expand(x.shape[0], 1, -1)
     if mask is not None:
-        m = mask.to(x.dtype).unsqueeze(-1)
-        x = x * (1 - m) + mask_token.to(x.dtype) * m
+        x = _put_mask_token(x, mask, mask_token)
     x = torch.cat([cls, x], dim=1)  # [B, 1 + N, W]
     x = x + visual.positional_embedding.to(x.dtype)
     x = visual.patch_dropout(x)

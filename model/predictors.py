@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -31,8 +32,21 @@ class CrossAttentionBlock(nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         q = self.ln_q(x)
         kv = q if y is None else self.ln_kv(y)
-        x = x + self.attn(q, kv, kv, need_weights=False)[0]
+        x = x + self.attend(q, kv)
         return x + self.mlp(self.ln_2(x))
+
+    def attend(self, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        """``self.attn(q, kv, kv, need_weights=False)[0]`` (no masks, no dropout) with the module's own weights,
+        computed batch-first: one projection for q, one for k and v together, then scaled_dot_product_attention
+        on [B, heads, L, d] (nn.MultiheadAttention goes through sequence-first copies on the way)."""
+        a = self.attn
+        B, Lq, E = q.shape
+        h = a.num_heads
+        w, b = a.in_proj_weight, a.in_proj_bias
+        qh = F.linear(q, w[:E], b[:E] if b is not None else None).view(B, Lq, h, E // h).transpose(1, 2)
+        k, v = F.linear(kv, w[E:], b[E:] if b is not None else None).view(B, -1, 2, h, E // h).permute(2, 0, 3, 1, 4)
+        o = F.scaled_dot_product_attention(qh, k, v).transpose(1, 2).reshape(B, Lq, E)
+        return a.out_proj(o)
 
     def init_reference(self, n_layers: int) -> None:
         w = self.attn.embed_dim
@@ -141,21 +155,33 @@ class ImagePredictor(nn.Module):
     def forward(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
                 positions: torch.Tensor | None = None, count: int | None = None) -> torch.Tensor:
         """x: masked image patches [B, N, E]; y: full text tokens [B, L, E]. Returns [B, N, P*P*3]; with
-        ``positions`` ([B, N] bool, the patches the loss uses) and no self-attention layers only those patches are
-        computed and the other rows are zero (``count`` as in ``TextPredictor.features``)."""
+        ``positions`` ([B, N] bool, the patches the loss uses) the other rows are zero, and without self-attention
+        layers only those patches are computed (``count`` as in ``TextPredictor.features``)."""
+        if positions is None:
+            return self._run(x, x_global, y, y_global)
+        rows = self.rows(x, x_global, y, y_global, positions, count)
+        out = rows.new_zeros(x.shape[0], x.shape[1], rows.shape[-1])
+        out[positions] = rows
+        return out
+
+    def rows(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
+             positions: torch.Tensor, count: int | None = None) -> torch.Tensor:
+        """The predictions at ``positions`` only, [n_masked, P*P*3] in the order of ``x[positions]`` (what the
+        training loss reads); without self-attention layers only those queries are computed."""
+        if len(self.self_blocks):
+            return self._run(x, x_global, y, y_global)[positions]
+        return self._run(x, x_global, y, y_global, positions, count)
+
+    def _run(self, x, x_global, y, y_global, positions=None, count=None) -> torch.Tensor:
         x = inject_global(x, x_global)
         y = inject_global(y, y_global)
         x = self.decoder_embed(x) + self.pos_embed.to(x.dtype)
-        if positions is not None and not len(self.self_blocks):
-            q, valid = gather_queries(x, positions, count)
-            for b in self.cross_blocks:
-                q = b(q, y)
-            q = self.proj(self.ln(q))
-            out = q.new_zeros(x.shape[0], x.shape[1], q.shape[-1])
-            out[positions] = q[valid]
-            return out
+        valid = None
+        if positions is not None:
+            x, valid = gather_queries(x, positions, count)
         for b in self.self_blocks:
             x = b(x)
         for b in self.cross_blocks:
             x = b(x, y)
-        return self.proj(self.ln(x))
+        x = self.proj(self.ln(x))
+        return x[valid] if valid is not None else x

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .losses import (LossWeights, contrast_loss, intra_modal_loss, masked_image_mse, per_sample_mean, total_loss,
+from .losses import (LossWeights, contrast_loss, intra_modal_loss, masked_patch_mse, per_sample_mean, total_loss,
                      vocab_nll)
 from .masked import encode_image_pair, encode_image_tokens, encode_text_pair, encode_text_tokens
 from .predictors import ImagePredictor, TextPredictor
@@ -29,7 +29,7 @@ class MaccoConfig:
     image_cross_layers: int | None = None  # None: 3 for ViT-B/32 and tiny models, 6 for B/16 and L/14
     text_self_layers: int = 0
     image_self_layers: int = 0
-    heads: int = 8
+    heads: int | None = None  # None: 8 as the reference (width >= 256), one per 32 channels for narrower models
     weights: LossWeights = field(default_factory=LossWeights)
 
     def __post_init__(self):
@@ -52,6 +52,13 @@ def _embed_dim(clip: nn.Module) -> int:
     return proj.out_features if isinstance(proj, nn.Linear) else proj.shape[1]
 
 
+def predictor_heads(width: int) -> int:
+    """The reference's 8 heads for the paper backbones (joint width 512 or 768: heads of 64 or 96 channels);
+    narrower (tiny) models keep heads of 32 channels, as their towers do, instead of splitting into 8 heads of
+    4-8 channels."""
+    return 8 if width >= 256 else max(1, width // 32)
+
+
 class MaccoTask(nn.Module):
     def __init__(self, clip: nn.Module, cfg: MaccoConfig, large_backbone: bool = False):
         super().__init__()
@@ -62,7 +69,9 @@ class MaccoTask(nn.Module):
         self.patch_size = visual.patch_size[0] if isinstance(visual.patch_size, (tuple, list)) else visual.patch_size
         self.grid = grid
         width = _embed_dim(clip)
-        heads = cfg.heads if width % cfg.heads == 0 else 1
+        heads = cfg.heads or predictor_heads(width)
+        if width % heads:
+            raise ValueError(f"predictor heads {heads} do not divide the embedding width {width}")
         self.text_mask_token = nn.Parameter(torch.randn(clip.token_embedding.embedding_dim) * 0.02)
         self.img_mask_token = nn.Parameter(torch.randn(visual.conv1.out_channels) * 0.02)
         t_layers = cfg.text_cross_layers or (4 if large_backbone else 2)
@@ -145,9 +154,8 @@ class MaccoTask(nn.Module):
                     out["masked_word_acc"] = (tp.head(h).argmax(-1) == targets).float().mean() if len(targets) \
                         else h.new_zeros(())
         if cfg.masks_image:
-            pred = self.image_predictor(im_tok.detach(), im_glob.detach(), t_tok, t_glob, positions=image_mask,
-                                        count=image_count)
-            out["mask_loss_image"] = masked_image_mse(pred, images, image_mask, self.patch_size)
+            rows = self.image_predictor.rows(im_tok.detach(), im_glob.detach(), t_tok, t_glob, image_mask, image_count)
+            out["mask_loss_image"] = masked_patch_mse(rows, images, image_mask, self.patch_size)
         out["total_loss"] = total_loss(out, cfg.weights)
         with torch.no_grad():
             out["empty_text_masks"] = (~text_mask.any(dim=1)).sum().float()

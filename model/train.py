@@ -39,7 +39,7 @@ class TrainConfig:
     loss_weights: dict = field(default_factory=lambda: asdict(LossWeights()))
     text_cross_layers: int | None = None
     image_cross_layers: int | None = None
-    predictor_heads: int = 8
+    predictor_heads: int | None = None  # None: 8 (the reference) for the paper backbones, width // 32 if narrower
     epochs: int = 5
     max_steps: int | None = None  # overrides epochs when set
     batch_size: int = 256

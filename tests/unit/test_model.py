@@ -9,8 +9,8 @@ from model.losses import (LossWeights, contrast_loss, intra_modal_loss, masked_i
                           per_sample_mean, total_loss, vocab_nll)
 from model.masked import (encode_image_pair, encode_image_tokens, encode_text_pair, encode_text_tokens,
                           encode_text_trimmed, supports_trimmed_text)
-from model.predictors import sincos_2d
-from model.task import MaccoConfig, MaccoTask
+from model.predictors import CrossAttentionBlock, sincos_2d
+from model.task import MaccoConfig, MaccoTask, predictor_heads
 
 
 @pytest.fixture(scope="module")
@@ -303,7 +303,8 @@ def test_masked_only_logits_give_the_all_position_loss(clip, batch):
 
 def test_predictors_run_only_the_masked_queries_with_the_same_outputs_and_gradients(clip, batch):
     """Cross-attention-only predictors compute just the masked positions; values and input gradients equal the
-    full computation (rows of unmasked patches are zero); with self-attention layers everything is computed."""
+    full computation (rows of unmasked patches are zero); with self-attention layers everything is computed and
+    the same rows are returned."""
     _, _, tm, im = batch
     task = MaccoTask(clip, MaccoConfig())
     torch.manual_seed(2)
@@ -324,7 +325,28 @@ def test_predictors_run_only_the_masked_queries_with_the_same_outputs_and_gradie
     assert task.text_predictor(x, g, y, yg, positions=none_t).shape == (0, 49408)
     assert not task.image_predictor(xi, g, ti, yg, positions=none_i).any()
     with_self = MaccoTask(clip, MaccoConfig(image_self_layers=1)).image_predictor
-    assert torch.equal(with_self(xi, g, ti, yg, positions=im), with_self(xi, g, ti, yg))
+    part, full = with_self(xi, g, ti, yg, positions=im), with_self(xi, g, ti, yg)
+    assert torch.equal(part[im], full[im]) and not part[~im].any()
+    assert torch.equal(with_self.rows(xi, g, ti, yg, im), full[im])
+
+
+def test_attention_equals_nn_multihead_attention_and_heads_rule():
+    torch.manual_seed(4)
+    for heads in (1, 2, 8):
+        blk = CrossAttentionBlock(64, heads)
+        blk.init_reference(2)
+        torch.nn.init.normal_(blk.attn.in_proj_bias)
+        q, kv = torch.randn(3, 5, 64, requires_grad=True), torch.randn(3, 9, 64, requires_grad=True)
+        for k in (kv, q):  # cross- and self-attention
+            ours, ref = blk.attend(q, k), blk.attn(q, k, k, need_weights=False)[0]
+            assert torch.allclose(ours, ref, atol=1e-5)
+            params = (q, kv, blk.attn.in_proj_weight, blk.attn.in_proj_bias, blk.attn.out_proj.weight)
+            ga = torch.autograd.grad(ours.square().sum(), params, allow_unused=True)
+            gb = torch.autograd.grad(ref.square().sum(), params, allow_unused=True)
+            assert all((a is None and b is None) or torch.allclose(a, b, atol=1e-4) for a, b in zip(ga, gb))
+    assert [predictor_heads(w) for w in (512, 768, 256, 128, 64, 32, 16)] == [8, 8, 8, 4, 2, 1, 1]
+    with pytest.raises(ValueError, match="do not divide"):
+        MaccoTask(open_clip.create_model("macco-micro"), MaccoConfig(heads=3))
 
 
 def test_sincos_positions():
