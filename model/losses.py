@@ -69,9 +69,9 @@ class _VocabNLL(torch.autograd.Function):
 
     Forward: logits -> row max m -> exp(logits - m) in place -> row sums s; NLL = m + log s - target logit. It
     keeps the unnormalised exp (softmax = exp / s) and s. Backward folds 1/s, the one-hot target and the
-    incoming per-row gradient into the matrix products (the bias gradient rides along as one more column), so
-    the vocabulary-sized buffer is passed over twice forward and read by two products backward; ``log_softmax``
-    + ``gather`` pass over it about twice as often and zero-fill an [N, V] gradient for the gather.
+    incoming per-row gradient into the matrix products, so the vocabulary-sized buffer is passed over twice
+    forward and read by the products backward; ``log_softmax`` + ``gather`` pass over it about twice as often
+    and zero-fill an [N, V] gradient for the gather.
     Same values and gradients. Under CUDA autocast the products run in the autocast dtype and the row statistics
     in fp32.
     """
@@ -79,7 +79,9 @@ class _VocabNLL(torch.autograd.Function):
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, hidden, weight, bias, targets):
-        logits = F.linear(hidden, weight, bias)
+        logits = hidden @ weight.t()  # then the bias in place: addmm's bias pre-fill of [N, V] costs more on CPU
+        if bias is not None:
+            logits.add_(bias.to(logits.dtype))
         acc = torch.promote_types(logits.dtype, torch.float32)
         lf = logits.to(acc)  # the same buffer when it is fp32
         target_logit = lf.gather(1, targets.unsqueeze(1)).squeeze(1)
@@ -101,11 +103,11 @@ class _VocabNLL(torch.autograd.Function):
         gs = g / s.unsqueeze(1)
         d_hidden = (e @ weight.to(e.dtype)).to(acc).mul_(gs).sub_(weight[targets].to(acc) * g).to(hidden.dtype)
         h = hidden.to(acc)
-        cols = torch.cat([h * gs, gs], 1) if ctx.has_bias else h * gs  # the bias gradient as a last column
-        d_wb = (e.t() @ cols.to(e.dtype)).to(acc)
-        d_wb.index_add_(0, targets, torch.cat([h * g, g], 1) if ctx.has_bias else h * g, alpha=-1)
-        d_weight = d_wb[:, :h.shape[1]].to(weight.dtype)
-        d_bias = d_wb[:, -1].to(weight.dtype) if ctx.has_bias else None
+        d_weight = (e.t() @ (h * gs).to(e.dtype)).to(acc).index_add_(0, targets, h * g, alpha=-1).to(weight.dtype)
+        d_bias = None
+        if ctx.has_bias:
+            d_bias = (e.t() @ gs.to(e.dtype)).squeeze(1).to(acc).index_add_(0, targets, g.squeeze(1), alpha=-1)
+            d_bias = d_bias.to(weight.dtype)
         return d_hidden, d_weight, d_bias, None
 
 
