@@ -256,6 +256,13 @@ def test_fused_vocab_nll_equals_log_softmax_and_gather():
     assert all(torch.allclose(a, c) for a, c in zip(g_ref, g_got))
     assert torch.autograd.gradcheck(lambda h, w, b: vocab_nll(h, w, b, t), (h, w, b))
     assert torch.autograd.gradcheck(lambda h, w: vocab_nll(h, w, None, t), (h, w))
+    hf, wf, bf = (x.detach().float().requires_grad_() for x in (h, w, b))
+    ref32 = vocab_nll(hf, wf, bf, t)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # products in bf16, row statistics in fp32
+        low = vocab_nll(hf, wf, bf, t)
+    assert low.dtype == torch.float32 and torch.allclose(low, ref32, atol=0.1)
+    for a, c in zip(torch.autograd.grad(low.sum(), (hf, wf, bf)), torch.autograd.grad(ref32.sum(), (hf, wf, bf))):
+        assert a.dtype == torch.float32 and (a - c).abs().max() <= 0.05 * c.abs().max()
     empty = vocab_nll(h[:0], w, b, t[:0])
     assert empty.shape == (0,)
     empty.sum().backward()
