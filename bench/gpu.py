@@ -24,13 +24,14 @@ def train_steps(mode: str, batch: int = 256, steps: int = 20, compile_: bool = F
     opt = make_optimizer(task, cfg, dev)  # fused, as the training loop builds it
     model = torch.compile(task) if compile_ else task
     images, texts, tm, im = synthetic_batch(task, batch, dev)  # the CPU benchmark's inputs, on the GPU
+    sizes = task.step_sizes(texts.cpu(), tm.cpu(), im.cpu())  # as the loop: host-side shapes, no sync per step
     torch.cuda.reset_peak_memory_stats()
     for i in range(steps + 3):
         if i == 3:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(images, texts, tm, im, stats=False)  # as the loop on steps it does not log
+            out = model(images, texts, tm, im, stats=False, sizes=sizes)  # as the loop on steps it does not log
         out["total_loss"].backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -39,10 +39,11 @@ def stepper(arch: str, mode: str, batch: int):
     task = build_task(cfg)
     opt = make_optimizer(task, cfg, torch.device("cpu"))  # as the training loop builds it
     images, texts, tm, im = synthetic_batch(task, batch, "cpu")
+    sizes = task.step_sizes(texts, tm, im)  # the loop computes them from the host batch
 
     def step() -> float:
         t0 = time.perf_counter()
-        out = task(images, texts, tm, im, stats=False)  # as the loop on steps it does not log
+        out = task(images, texts, tm, im, stats=False, sizes=sizes)  # as the loop on steps it does not log
         out["total_loss"].backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

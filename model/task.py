@@ -8,6 +8,7 @@ image predictor's own masked-image query is detached but its text condition is n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -88,10 +89,13 @@ class MaccoTask(nn.Module):
 
         return gather_features(a, b, rank=self.rank, world_size=self.world_size)
 
-    def _sizes(self, texts: torch.Tensor, text_mask: torch.Tensor, image_mask: torch.Tensor) -> list[int]:
-        """The shapes the step needs on the host, read in one device sync before any work is queued: the masked
-        text copy's length (the batch's last EOT or masked position, + 1) and the largest masked-token and
-        masked-patch counts of a sample (the predictors' query counts)."""
+    @staticmethod
+    def step_sizes(texts: torch.Tensor, text_mask: torch.Tensor, image_mask: torch.Tensor) -> list[int]:
+        """The shapes a step needs as host integers: the masked text copy's length (the batch's last EOT or
+        masked position, + 1) and the largest masked-token and masked-patch counts of a sample (the predictors'
+        query counts). The training loop computes them from the batch while it is still on the CPU and passes
+        them as ``sizes``, so a CUDA step has no device sync; without them ``forward`` reads them in one sync
+        before any work is queued."""
         L = texts.shape[1]
         last_masked = torch.where(text_mask, torch.arange(L, device=texts.device), 0).amax(dim=1)
         text_len = torch.maximum(texts.argmax(dim=-1), last_masked).amax() + 1
@@ -100,13 +104,14 @@ class MaccoTask(nn.Module):
 
     def forward(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor,
                 image_mask: torch.Tensor, hard_texts: torch.Tensor | None = None,
-                stats: bool = True) -> dict[str, torch.Tensor]:
+                stats: bool = True, sizes: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
         """images [B,3,H,W], texts [B,L] ids, text_mask [B,L] bool, image_mask [B,N] bool (True = masked).
         ``stats=False`` skips the masked-word accuracy (an argmax over the vocabulary; the loop asks for it only
         on the steps it logs)."""
         cfg, clip, B = self.cfg, self.clip, texts.shape[0]
         scale = clip.logit_scale.exp()
-        text_len, text_count, image_count = self._sizes(texts, text_mask, image_mask)
+        text_len, text_count, image_count = sizes if sizes is not None else self.step_sizes(texts, text_mask,
+                                                                                            image_mask)
         if cfg.masks_text:
             (t_tok, t_glob), (tm_tok, tm_glob) = encode_text_pair(clip, texts, text_mask, self.text_mask_token,
                                                                   text_len)

@@ -308,14 +308,17 @@ def train(cfg: TrainConfig) -> dict:
         skipped += batch.pop("skipped")
         if "image" not in batch:
             continue
+        host = batch
         batch = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
         terms_acc: dict[str, torch.Tensor] = {}
         log_now = is_main and ((step + 1) % max(cfg.log_every, 1) == 0 or step + 1 == total)
         for m in range(cfg.accum_steps):
             sl = slice(m * micro, (m + 1) * micro)
+            # the step's shapes from the host copy of the batch: no device sync inside the step
+            sizes = task.step_sizes(host["text"][sl], host["text_mask"][sl], host["image_mask"][sl])
             with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                 out = model(batch["image"][sl], batch["text"][sl], batch["text_mask"][sl], batch["image_mask"][sl],
-                            batch["hard_text"][sl] if "hard_text" in batch else None, stats=log_now)
+                            batch["hard_text"][sl] if "hard_text" in batch else None, stats=log_now, sizes=sizes)
             scaler.scale(out["total_loss"] / cfg.accum_steps).backward()
             for k, v in out.items():
                 terms_acc[k] = terms_acc.get(k, 0) + v.detach().float() / cfg.accum_steps

@@ -80,7 +80,7 @@ def test_training_pairs_equal_separate_full_length_encodings(clip, batch):
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in ((f_cls, r_cls), (f_p, r_p), (m_cls, rm_cls), (m_p, rm_p)))
     tm = tm.clone()
     tm[2, 3] = True
-    n = MaccoTask(clip, MaccoConfig())._sizes(t, tm, im)[0]
+    n = MaccoTask.step_sizes(t, tm, im)[0]
     assert n == int(t.argmax(-1).max()) + 1 < 77
     (f_tok, f_g), (m_tok, m_g) = encode_text_pair(clip, t, tm, token, n)
     ref_tok, ref_g = encode_text_tokens(clip, t, tm, token)
@@ -92,7 +92,7 @@ def test_training_pairs_equal_separate_full_length_encodings(clip, batch):
     assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(g_pair, g_ref))
     late = torch.zeros_like(tm)
     late[0, 60] = True  # a mask past every EOT (a word piece matching padding) still lies inside the cut
-    assert MaccoTask(clip, MaccoConfig())._sizes(t, late, im) == [61, 1, 4]
+    assert MaccoTask.step_sizes(t, late, im) == [61, 1, 4]
 
 
 def grads(task, loss):
@@ -158,8 +158,11 @@ def test_task_step_equals_the_plain_reference_computation(clip, batch):
     task = MaccoTask(clip, MaccoConfig())
     out = task(*batch)
     terms, total = reference_terms(task, *batch)
+    _, t, tm, im = batch
+    given = task(*batch, sizes=MaccoTask.step_sizes(t, tm, im))  # the loop's host-side shapes: the same step
     for k, v in terms.items():
         assert torch.allclose(out[k], v, rtol=1e-4, atol=1e-6), k
+        assert torch.equal(given[k], out[k]), k
     params = [p for p in task.parameters() if p.requires_grad]
     got = torch.autograd.grad(out["total_loss"], params, allow_unused=True)
     want = torch.autograd.grad(total, params, allow_unused=True)
