@@ -97,10 +97,12 @@ class MaccoTask(nn.Module):
         them as ``sizes``, so a CUDA step has no device sync; without them ``forward`` reads them in one sync
         before any work is queued."""
         L = texts.shape[1]
+        if not texts.shape[0]:
+            return [L, 0, 0]
         last_masked = torch.where(text_mask, torch.arange(L, device=texts.device), 0).amax(dim=1)
         text_len = torch.maximum(texts.argmax(dim=-1), last_masked).amax() + 1
         sizes = torch.stack([text_len, text_mask.sum(dim=1).amax(), image_mask.sum(dim=1).amax()])
-        return sizes.tolist() if texts.shape[0] else [L, 0, 0]
+        return sizes.tolist()
 
     def forward(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor,
                 image_mask: torch.Tensor, hard_texts: torch.Tensor | None = None,
