@@ -28,6 +28,34 @@ def test_config_overrides_and_errors():
         load_config(None, ["max_steps=abc"])
 
 
+def test_cpu_training_keeps_freed_memory_instead_of_faulting_it_back_in():
+    """A 160 MB buffer freed and allocated again: glibc's default returns it to the OS and every new one
+    page-faults in again; after keep_freed_cpu_memory() the freed memory is reused (run in a fresh process)."""
+    import platform
+    import textwrap
+    from pathlib import Path
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+    code = textwrap.dedent("""
+        import resource, torch
+        from model.train import keep_freed_cpu_memory
+        def faults():
+            r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            for _ in range(3):
+                torch.ones(40_000_000)
+            return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0
+        before = faults()
+        applied = keep_freed_cpu_memory()
+        faults()  # the first allocation under the new thresholds grows the heap once
+        print(before, applied, faults())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=str(Path(__file__).resolve().parents[2])).stdout.split()
+    before, applied, after = int(out[0]), out[1] == "True", int(out[2])
+    assert applied and before > 3 * 30_000 and after < 1_000
+
+
 def test_schedule_is_the_reference_cosine():
     f = warmup_cosine(50, 1000)
     assert f(0) == pytest.approx(1 / 50) and f(49) == pytest.approx(1.0)
