@@ -127,12 +127,17 @@ def patchify(images: torch.Tensor, p: int) -> torch.Tensor:
     return x.reshape(B, h * w, p * p * C)
 
 
+def norm_pix(patches: torch.Tensor) -> torch.Tensor:
+    """MAE's norm-pix target: each patch [..., p*p*3] minus its mean, over sqrt(unbiased var + 1e-6), as the
+    reference (torch's default unbiased variance)."""
+    mean = patches.mean(dim=-1, keepdim=True)
+    var = patches.var(dim=-1, keepdim=True)
+    return (patches - mean) / (var + 1e-6) ** 0.5
+
+
 def masked_image_mse(pred: torch.Tensor, images: torch.Tensor, mask: torch.Tensor, patch_size: int) -> torch.Tensor:
     """pred [B, N, p*p*3]; images the training tensors [B, 3, H, W]; mask [B, N] bool (True = masked)."""
-    target = patchify(images.float(), patch_size)
-    mean = target.mean(dim=-1, keepdim=True)
-    var = target.var(dim=-1, keepdim=True)  # unbiased, as torch's default and the reference
-    target = (target - mean) / (var + 1e-6) ** 0.5
+    target = norm_pix(patchify(images.float(), patch_size))
     err = ((pred.float() - target) ** 2).mean(dim=-1)  # [B, N]
     m = mask.float()
     n = m.sum(dim=1)
@@ -146,10 +151,7 @@ def masked_patch_mse(pred_rows: torch.Tensor, images: torch.Tensor, mask: torch.
     """``masked_image_mse`` from the predictions at the masked patches only: ``pred_rows`` [n, p*p*3] in the order
     of ``mask.nonzero()``. The target is normalised only where it is read; the value is the same up to the
     reference's 1e-8 in the final division."""
-    target = patchify(images.float(), patch_size)[mask]  # [n, p*p*3]
-    mean = target.mean(dim=-1, keepdim=True)
-    var = target.var(dim=-1, keepdim=True)
-    target = (target - mean) / (var + 1e-6) ** 0.5
+    target = norm_pix(patchify(images.float(), patch_size)[mask])  # [n, p*p*3]
     err = ((pred_rows.float() - target) ** 2).mean(dim=-1)
     return per_sample_mean(err, mask.nonzero()[:, 0], mask.shape[0])
 
