@@ -65,10 +65,11 @@ def step_times(arch: str, batch: int, steps: int) -> tuple[float, float]:
 
 
 def head_memory(masked_only: bool, batch: int = 128, width: int = 512, masked_per_caption: int = 8) -> None:
-    """Child process: text predictor forward+backward at ViT-B/32 width; prints peak RSS (MB)."""
+    """Child process: text predictor forward+backward at ViT-B/32 width; prints the MB autograd keeps for the
+    backward pass ("peak_mb") and the RSS growth."""
     import torch
 
-    from model.losses import masked_text_nll
+    from model.losses import per_sample_mean, vocab_nll
     from model.predictors import TextPredictor
 
     torch.manual_seed(0)
@@ -87,9 +88,9 @@ def head_memory(masked_only: bool, batch: int = 128, width: int = 512, masked_pe
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
     hooks.__enter__()
-    if masked_only:
-        logp = pred(x, g, y, yg, positions=tm)
-        loss = masked_text_nll(logp, texts[tm], tm.nonzero()[:, 0], batch)
+    if masked_only:  # the training path (MaccoTask): features at masked positions, the fused head + NLL
+        h = pred.features(x, g, y, yg, positions=tm)
+        loss = per_sample_mean(vocab_nll(h, pred.head.weight, pred.head.bias, texts[tm]), tm.nonzero()[:, 0], batch)
     else:  # the reference: log-probabilities at all 77 positions, then the mask
         logp = pred(x, g, y, yg)
         nll = -logp.gather(2, texts.unsqueeze(-1)).squeeze(-1)
