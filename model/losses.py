@@ -65,48 +65,50 @@ def masked_text_nll(log_probs: torch.Tensor, targets: torch.Tensor, sample: torc
 
 
 class _VocabNLL(torch.autograd.Function):
-    """Per-row NLL of ``targets`` under softmax(hidden @ weight.T + bias), with one [N, V] buffer.
+    """Per-row NLL of ``targets`` under softmax(hidden @ weight.T + bias), with one vocabulary-sized buffer.
 
-    Forward: logits -> row max m -> exp(logits - m) in place -> row sums s; NLL = m + log s - target logit. It
-    keeps the unnormalised exp (softmax = exp / s) and s. Backward folds 1/s, the one-hot target and the
-    incoming per-row gradient into the matrix products, so the vocabulary-sized buffer is passed over twice
-    forward and read by the products backward; ``log_softmax`` + ``gather`` pass over it about twice as often
-    and zero-fill an [N, V] gradient for the gather.
-    Same values and gradients. Under CUDA autocast the products run in the autocast dtype and the row statistics
-    in fp32.
+    The logits are kept transposed, [V, N] = weight @ hidden.T: every product then reads or writes its large
+    operand in its natural layout (the weight gradient comes out contiguous; ~5 ms less per tiny-model step on
+    CPU than the [N, V] layout). Forward: logits -> column max m -> exp(logits - m) in place -> column sums s;
+    NLL = m + log s - target logit. It keeps the unnormalised exp (softmax = exp / s) and s. Backward folds
+    1/s, the one-hot target and the incoming per-row gradient into the matrix products, so the buffer is passed
+    over twice forward and read by the products backward; ``log_softmax`` + ``gather`` pass over it about twice
+    as often and zero-fill an [N, V] gradient for the gather.
+    Same values and gradients. Under CUDA autocast the products run in the autocast dtype and the statistics in
+    fp32.
     """
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, hidden, weight, bias, targets):
-        logits = hidden @ weight.t()  # then the bias in place: addmm's bias pre-fill of [N, V] costs more on CPU
+        logits = weight @ hidden.t()  # [V, N]; then the bias in place (addmm's bias pre-fill costs more on CPU)
         if bias is not None:
-            logits.add_(bias.to(logits.dtype))
+            logits.add_(bias.to(logits.dtype).unsqueeze(1))
         acc = torch.promote_types(logits.dtype, torch.float32)
         lf = logits.to(acc)  # the same buffer when it is fp32
-        target_logit = lf.gather(1, targets.unsqueeze(1)).squeeze(1)
-        m = lf.amax(dim=1, keepdim=True) if lf.shape[0] else lf.new_zeros(0, 1)
+        target_logit = lf[targets, torch.arange(lf.shape[1], device=lf.device)]
+        m = lf.amax(dim=0, keepdim=True)  # [1, N]
         e = lf.sub_(m).exp_()
-        s = e.sum(dim=1)
+        s = e.sum(dim=0)
         ctx.save_for_backward(hidden, weight, e.to(logits.dtype), s, targets)
         ctx.has_bias = bias is not None
-        return m.squeeze(1) + s.log() - target_logit
+        return m.squeeze(0) + s.log() - target_logit
 
     @staticmethod
     @torch.amp.custom_bwd(device_type="cuda")
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        # d nll_n / d logits_n = e_n / s_n - one_hot(target_n), times the incoming grad_n
+        # d nll_n / d logits_n = e_n / s_n - one_hot(target_n), times the incoming grad_n; e is [V, N]
         hidden, weight, e, s, targets = ctx.saved_tensors
         acc = s.dtype
         g = grad.to(acc).unsqueeze(1)  # [N, 1]
         gs = g / s.unsqueeze(1)
-        d_hidden = (e @ weight.to(e.dtype)).to(acc).mul_(gs).sub_(weight[targets].to(acc) * g).to(hidden.dtype)
+        d_hidden = (e.t() @ weight.to(e.dtype)).to(acc).mul_(gs).sub_(weight[targets].to(acc) * g).to(hidden.dtype)
         h = hidden.to(acc)
-        d_weight = (e.t() @ (h * gs).to(e.dtype)).to(acc).index_add_(0, targets, h * g, alpha=-1).to(weight.dtype)
+        d_weight = (e @ (h * gs).to(e.dtype)).to(acc).index_add_(0, targets, h * g, alpha=-1).to(weight.dtype)
         d_bias = None
         if ctx.has_bias:
-            d_bias = (e.t() @ gs.to(e.dtype)).squeeze(1).to(acc).index_add_(0, targets, g.squeeze(1), alpha=-1)
+            d_bias = (e @ gs.squeeze(1).to(e.dtype)).to(acc).index_add_(0, targets, g.squeeze(1), alpha=-1)
             d_bias = d_bias.to(weight.dtype)
         return d_hidden, d_weight, d_bias, None
 
@@ -151,9 +153,14 @@ def masked_patch_mse(pred_rows: torch.Tensor, images: torch.Tensor, mask: torch.
     """``masked_image_mse`` from the predictions at the masked patches only: ``pred_rows`` [n, p*p*3] in the order
     of ``mask.nonzero()``. The target is normalised only where it is read; the value is the same up to the
     reference's 1e-8 in the final division."""
-    target = norm_pix(patchify(images.float(), patch_size)[mask])  # [n, p*p*3]
+    B, C, H, W = images.shape
+    p = patch_size
+    b, n = mask.nonzero(as_tuple=True)
+    # only the masked patches are cut out: [B, C, h, p, w, p] at (b, n // w, n % w) -> [n, p, p, C] (patchify's order)
+    grid = images.float().reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 3, 5, 1)
+    target = norm_pix(grid[b, n // (W // p), n % (W // p)].reshape(len(b), p * p * C))
     err = ((pred_rows.float() - target) ** 2).mean(dim=-1)
-    return per_sample_mean(err, mask.nonzero()[:, 0], mask.shape[0])
+    return per_sample_mean(err, b, B)
 
 
 def total_loss(terms: dict[str, torch.Tensor], w: LossWeights) -> torch.Tensor:

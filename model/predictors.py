@@ -37,15 +37,18 @@ class CrossAttentionBlock(nn.Module):
 
     def attend(self, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         """``self.attn(q, kv, kv, need_weights=False)[0]`` (no masks, no dropout) with the module's own weights,
-        computed batch-first: one projection for q, one for k and v together, then scaled_dot_product_attention
-        on [B, heads, L, d] (nn.MultiheadAttention goes through sequence-first copies on the way)."""
+        computed batch-first: one projection each for q, k and v (views of the packed in-projection; a joint k/v
+        projection costs a permuted copy each way), then scaled_dot_product_attention on [B, heads, L, d]
+        (nn.MultiheadAttention goes through sequence-first copies on the way)."""
         a = self.attn
         B, Lq, E = q.shape
         h = a.num_heads
-        w, b = a.in_proj_weight, a.in_proj_bias
-        qh = F.linear(q, w[:E], b[:E] if b is not None else None).view(B, Lq, h, E // h).transpose(1, 2)
-        k, v = F.linear(kv, w[E:], b[E:] if b is not None else None).view(B, -1, 2, h, E // h).permute(2, 0, 3, 1, 4)
-        o = F.scaled_dot_product_attention(qh, k, v).transpose(1, 2).reshape(B, Lq, E)
+        w, b = a.in_proj_weight.chunk(3), (a.in_proj_bias.chunk(3) if a.in_proj_bias is not None else (None,) * 3)
+
+        def heads(x: torch.Tensor, i: int) -> torch.Tensor:
+            return F.linear(x, w[i], b[i]).view(B, x.shape[1], h, E // h).transpose(1, 2)
+
+        o = F.scaled_dot_product_attention(heads(q, 0), heads(kv, 1), heads(kv, 2)).transpose(1, 2).reshape(B, Lq, E)
         return a.out_proj(o)
 
     def init_reference(self, n_layers: int) -> None:
@@ -61,16 +64,27 @@ def inject_global(tokens: torch.Tensor, global_feat: torch.Tensor) -> torch.Tens
     return (tokens + global_feat.unsqueeze(1)) / 2
 
 
-def gather_queries(x: torch.Tensor, positions: torch.Tensor, count: int | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The tokens of ``x`` [B, L, E] at ``positions`` [B, L] (bool), packed left per sample: ([B, M, E], valid
-    [B, M]) with M the largest count (``count``, when the caller has it on the host: no device sync here);
-    ``out[valid]`` lists them in the order of ``x[positions]``."""
+def query_slots(positions: torch.Tensor, count: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The positions [B, L] (bool) packed left per sample: (idx [B, M] into L, valid [B, M]) with M the largest
+    count (``count``, when the caller has it on the host: no device sync here); the valid slots list the
+    positions in order, so ``x.gather(1, idx)[valid]`` is ``x[positions]``."""
     counts = positions.sum(dim=1)
     m = count if count is not None else (int(counts.max()) if positions.numel() else 0)
     idx = torch.argsort((~positions).to(torch.int8), dim=1, stable=True)[:, :m]  # masked first, in order
-    valid = torch.arange(m, device=x.device) < counts.unsqueeze(1)
-    return x.gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1])), valid
+    return idx, torch.arange(m, device=positions.device) < counts.unsqueeze(1)
+
+
+def take(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """x [B, L, D] at the positions idx [B, M] -> [B, M, D]."""
+    return x.gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+
+
+def gather_queries(x: torch.Tensor, positions: torch.Tensor, count: int | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tokens of ``x`` [B, L, E] at ``positions`` [B, L] (bool), packed as ``query_slots``: ([B, M, E],
+    valid [B, M]); ``out[valid]`` lists them in the order of ``x[positions]``."""
+    idx, valid = query_slots(positions, count)
+    return take(x, idx), valid
 
 
 def sincos_2d(embed_dim: int, grid: int) -> torch.Tensor:
@@ -89,19 +103,36 @@ def sincos_2d(embed_dim: int, grid: int) -> torch.Tensor:
     return torch.cat([one(gw, embed_dim // 2), one(gh, embed_dim // 2)], dim=1).float()
 
 
-class TextPredictor(nn.Module):
+class _Predictor(nn.Module):
+    """The block stack both predictors share: optional self-attention blocks, cross-attention blocks, a LayerNorm,
+    with the reference's initialisation (``_init_blocks``, called after the predictor's own layers are built)."""
+
+    def _make_blocks(self, width: int, heads: int, cross_layers: int, self_layers: int) -> None:
+        self.self_blocks = nn.ModuleList(CrossAttentionBlock(width, heads) for _ in range(self_layers))
+        self.cross_blocks = nn.ModuleList(CrossAttentionBlock(width, heads) for _ in range(cross_layers))
+        self.ln = nn.LayerNorm(width)
+
+    def _init_blocks(self) -> None:
+        for blocks in (self.self_blocks, self.cross_blocks):
+            for b in blocks:
+                b.init_reference(len(blocks))
+
+    def _decode(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        for b in self.self_blocks:
+            x = b(x)
+        for b in self.cross_blocks:
+            x = b(x, y)
+        return self.ln(x)
+
+
+class TextPredictor(_Predictor):
     """Predicts the original tokens at masked text positions from the masked text and the full image."""
 
     def __init__(self, width: int, heads: int, cross_layers: int = 2, self_layers: int = 0, vocab_size: int = 49408):
         super().__init__()
-        self.self_blocks = nn.ModuleList(CrossAttentionBlock(width, heads) for _ in range(self_layers))
-        self.cross_blocks = nn.ModuleList(CrossAttentionBlock(width, heads) for _ in range(cross_layers))
-        self.ln = nn.LayerNorm(width)
+        self._make_blocks(width, heads, cross_layers, self_layers)
         self.head = nn.Linear(width, vocab_size)
-        for b in self.self_blocks:
-            b.init_reference(self_layers)
-        for b in self.cross_blocks:
-            b.init_reference(cross_layers)
+        self._init_blocks()
         nn.init.xavier_uniform_(self.head.weight)
 
     def forward(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
@@ -115,25 +146,26 @@ class TextPredictor(nn.Module):
         """What the vocabulary head reads: [n_masked, E] at ``positions`` (in the order of ``x[positions]``), or
         [B, L, E] if None. The training loss feeds it to ``losses.vocab_nll`` with the head's weights.
         ``count``: the largest number of masked positions in a sample, if known (see ``gather_queries``)."""
-        x = inject_global(x, x_global)
-        y = inject_global(y, y_global)
-        valid = None
         if positions is not None and not len(self.self_blocks):
             # cross-attention only: every query position is computed independently of the others, so only the
             # masked ones are run (same outputs; a fraction of the cost)
-            x, valid = gather_queries(x, positions, count)
-        for b in self.self_blocks:
-            x = b(x)
-        for b in self.cross_blocks:
-            x = b(x, y)
-        x = self.ln(x)
-        if positions is not None:
-            # vocabulary logits only where a token is masked: same loss, far less memory
-            x = x[valid] if valid is not None else x[positions]
-        return x
+            xq, valid = gather_queries(x, positions, count)
+            return self.packed_features(xq, x_global, y, y_global, valid)
+        x = self._decode(inject_global(x, x_global), inject_global(y, y_global))
+        # vocabulary logits only where a token is masked: same loss, far less memory
+        return x[positions] if positions is not None else x
+
+    def packed_features(self, xq: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
+                        valid: torch.Tensor) -> torch.Tensor:
+        """``features`` at the masked positions from the masked-text tokens at the query slots only: ``xq``
+        [B, M, E] at ``query_slots(positions)``'s idx, ``valid`` its mask (what ``encode_text_pair(...,
+        queries=idx)`` returns). Only without self-attention layers."""
+        if len(self.self_blocks):
+            raise ValueError("packed queries need a cross-attention-only text predictor (text_self_layers: 0)")
+        return self._decode(inject_global(xq, x_global), inject_global(y, y_global))[valid]
 
 
-class ImagePredictor(nn.Module):
+class ImagePredictor(_Predictor):
     """Predicts the (per-patch normalised) pixels of the masked image from the masked image and the full text."""
 
     def __init__(self, width: int, heads: int, grid: int, patch_size: int, cross_layers: int = 3,
@@ -141,14 +173,9 @@ class ImagePredictor(nn.Module):
         super().__init__()
         self.decoder_embed = nn.Linear(width, width)
         self.register_buffer("pos_embed", sincos_2d(width, grid).unsqueeze(0), persistent=False)
-        self.self_blocks = nn.ModuleList(CrossAttentionBlock(width, heads) for _ in range(self_layers))
-        self.cross_blocks = nn.ModuleList(CrossAttentionBlock(width, heads) for _ in range(cross_layers))
-        self.ln = nn.LayerNorm(width)
+        self._make_blocks(width, heads, cross_layers, self_layers)
         self.proj = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, patch_size * patch_size * 3))
-        for b in self.self_blocks:
-            b.init_reference(self_layers)
-        for b in self.cross_blocks:
-            b.init_reference(cross_layers)
+        self._init_blocks()
         nn.init.xavier_uniform_(self.proj[1].weight, gain=1 / math.sqrt(width))
         nn.init.zeros_(self.proj[1].bias)
 
@@ -170,18 +197,23 @@ class ImagePredictor(nn.Module):
         training loss reads); without self-attention layers only those queries are computed."""
         if len(self.self_blocks):
             return self._run(x, x_global, y, y_global)[positions]
-        return self._run(x, x_global, y, y_global, positions, count)
+        idx, valid = query_slots(positions, count)
+        return self.packed_rows(take(x, idx), x_global, y, y_global, idx, valid)
 
-    def _run(self, x, x_global, y, y_global, positions=None, count=None) -> torch.Tensor:
-        x = inject_global(x, x_global)
-        y = inject_global(y, y_global)
-        x = self.decoder_embed(x) + self.pos_embed.to(x.dtype)
-        valid = None
-        if positions is not None:
-            x, valid = gather_queries(x, positions, count)
-        for b in self.self_blocks:
-            x = b(x)
-        for b in self.cross_blocks:
-            x = b(x, y)
-        x = self.proj(self.ln(x))
-        return x[valid] if valid is not None else x
+    def packed_rows(self, xq: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
+                    idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """``rows`` from the masked-image tokens at the query slots only: ``xq`` [B, M, E] = the tokens at ``idx``,
+        (idx, valid) = ``query_slots(positions)`` (what ``encode_image_pair(..., queries=idx)`` returns). Only
+        without self-attention layers (each query is then computed on its own)."""
+        if len(self.self_blocks):
+            raise ValueError("packed queries need a cross-attention-only image predictor (image_self_layers: 0)")
+        # the injection, decoder_embed and the positions act on each token alone: applied to the queries only
+        x = self.decoder_embed(inject_global(xq, x_global)) + self.pos_embed[0].to(xq.dtype)[idx]
+        return self._decode(x, inject_global(y, y_global))[valid]
+
+    def _decode(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.proj(super()._decode(x, y))
+
+    def _run(self, x, x_global, y, y_global) -> torch.Tensor:
+        x = self.decoder_embed(inject_global(x, x_global)) + self.pos_embed.to(x.dtype)
+        return self._decode(x, inject_global(y, y_global))

@@ -17,7 +17,7 @@ from torch import nn
 from .losses import (LossWeights, contrast_loss, intra_modal_loss, masked_patch_mse, per_sample_mean, total_loss,
                      vocab_nll)
 from .masked import encode_image_pair, encode_image_tokens, encode_text_pair, encode_text_tokens
-from .predictors import ImagePredictor, TextPredictor
+from .predictors import ImagePredictor, TextPredictor, query_slots
 
 MODES = ("macco", "clip-ft", "text-only", "image-only")
 
@@ -114,14 +114,24 @@ class MaccoTask(nn.Module):
         scale = clip.logit_scale.exp()
         text_len, text_count, image_count = sizes if sizes is not None else self.step_sizes(texts, text_mask,
                                                                                             image_mask)
+        tp, ip = self.text_predictor, self.image_predictor
+        # cross-attention-only predictors read the masked copies at their masked positions only (query slots):
+        # the copies' last blocks run only there; self-attention predictor layers read every position
+        text_slots = image_slots = None
+        if cfg.masks_text and not len(tp.self_blocks):
+            text_slots = query_slots(text_mask[:, :text_len], text_count)
+        elif cfg.masks_text:
+            text_len = texts.shape[1]
+        if cfg.masks_image and not len(ip.self_blocks):
+            image_slots = query_slots(image_mask, image_count)
         if cfg.masks_text:
             (t_tok, t_glob), (tm_tok, tm_glob) = encode_text_pair(clip, texts, text_mask, self.text_mask_token,
-                                                                  text_len)
+                                                                  text_len, text_slots and text_slots[0])
         else:
             t_tok, t_glob = encode_text_tokens(clip, texts)
         if cfg.masks_image:
             (i_glob, i_tok), (im_glob, im_tok) = encode_image_pair(clip.visual, images, image_mask,
-                                                                   self.img_mask_token)
+                                                                   self.img_mask_token, image_slots and image_slots[0])
         else:
             i_glob, i_tok = encode_image_tokens(clip.visual, images)
         I, T = F.normalize(i_glob, dim=-1), F.normalize(t_glob, dim=-1)
@@ -149,9 +159,11 @@ class MaccoTask(nn.Module):
         if intra:
             out["intra_modal_contrast_loss"] = sum(intra) / len(intra)
         if cfg.masks_text:
-            tp = self.text_predictor
-            h = tp.features(tm_tok, tm_glob, i_tok.detach(), i_glob.detach(), positions=text_mask[:, :text_len],
-                            count=text_count)
+            if text_slots:
+                h = tp.packed_features(tm_tok, tm_glob, i_tok.detach(), i_glob.detach(), text_slots[1])
+            else:
+                h = tp.features(tm_tok, tm_glob, i_tok.detach(), i_glob.detach(), positions=text_mask[:, :text_len],
+                                count=text_count)
             targets = texts[text_mask]
             sample = text_mask.nonzero()[:, 0]
             # the head and its NLL fused: the same loss as log_softmax + gather, one vocabulary-sized buffer
@@ -161,7 +173,10 @@ class MaccoTask(nn.Module):
                     out["masked_word_acc"] = (tp.head(h).argmax(-1) == targets).float().mean() if len(targets) \
                         else h.new_zeros(())
         if cfg.masks_image:
-            rows = self.image_predictor.rows(im_tok.detach(), im_glob.detach(), t_tok, t_glob, image_mask, image_count)
+            if image_slots:
+                rows = ip.packed_rows(im_tok.detach(), im_glob.detach(), t_tok, t_glob, *image_slots)
+            else:
+                rows = ip.rows(im_tok.detach(), im_glob.detach(), t_tok, t_glob, image_mask, image_count)
             out["mask_loss_image"] = masked_patch_mse(rows, images, image_mask, self.patch_size)
         out["total_loss"] = total_loss(out, cfg.weights)
         with torch.no_grad():

@@ -8,8 +8,8 @@ from model import register_model_configs
 from model.losses import (LossWeights, contrast_loss, intra_modal_loss, masked_image_mse, masked_text_nll, patchify,
                           per_sample_mean, total_loss, vocab_nll)
 from model.masked import (encode_image_pair, encode_image_tokens, encode_text_pair, encode_text_tokens,
-                          encode_text_trimmed, supports_trimmed_text)
-from model.predictors import CrossAttentionBlock, sincos_2d
+                          encode_text_trimmed, plain_last_block, supports_trimmed_text)
+from model.predictors import CrossAttentionBlock, query_slots, sincos_2d
 from model.task import MaccoConfig, MaccoTask, predictor_heads
 
 
@@ -95,6 +95,54 @@ def test_training_pairs_equal_separate_full_length_encodings(clip, batch):
     assert MaccoTask.step_sizes(t, late, im) == [61, 1, 4]
 
 
+def test_masked_copies_are_computed_only_where_the_step_reads_them(clip, batch):
+    """With query slots the masked copies' last blocks run only at the EOT/CLS and the masked positions: the
+    features there and every gradient equal the full computation's; a tower whose last block cannot be cut
+    (patch dropout) gives the same through the fallback, and so does gradient checkpointing."""
+    img, t, tm, im = batch
+    token = torch.randn(32, requires_grad=True)
+    n = MaccoTask.step_sizes(t, tm, im)[0]
+    params = [token] + [p for p in clip.parameters() if p.requires_grad]
+
+    def check(encode, mask):
+        idx, valid = query_slots(mask, None)
+        assert (~valid).any()  # a sample with fewer masked positions than the largest count: padded slots
+        (f_a, f_b), (m_glob, m_q) = encode(idx)
+        (r_a, r_b), (r_glob, r_all) = encode(None)
+        assert m_q.shape[:2] == idx.shape and torch.allclose(m_q[valid], r_all[mask], atol=1e-5)
+        assert torch.allclose(m_glob, r_glob, atol=1e-5)
+        assert torch.allclose(f_a, r_a, atol=1e-6) and torch.allclose(f_b, r_b, atol=1e-6)
+        w = torch.randn_like(m_q[valid])
+        g_cut = torch.autograd.grad((m_q[valid] * w).sum() + m_glob.square().sum() + f_b.sum(), params,
+                                    allow_unused=True)
+        g_ref = torch.autograd.grad((r_all[mask] * w).sum() + r_glob.square().sum() + r_b.sum(), params,
+                                    allow_unused=True)
+        for a, b in zip(g_cut, g_ref):
+            assert (a is None) == (b is None) or not (a if a is not None else b).any()
+            if a is not None and b is not None:
+                assert torch.allclose(a, b, atol=1e-5)
+
+    def text_pair(q):  # (global, tokens) per copy, as the image pair
+        return tuple(c[::-1] for c in encode_text_pair(clip, t, tm, token, n, q))
+
+    check(text_pair, tm[:, :n])
+    check(lambda q: encode_image_pair(clip.visual, img, im, token, q), im)
+    assert plain_last_block(clip.visual.transformer) and plain_last_block(clip.transformer)
+    saved = clip.visual.patch_dropout
+    clip.visual.patch_dropout = open_clip.transformer.PatchDropout(0.5)  # moves tokens: the cut is refused
+    clip.visual.patch_dropout.eval()  # (identity in eval mode, so the reference is still comparable)
+    try:
+        check(lambda q: encode_image_pair(clip.visual, img, im, token, q), im)
+    finally:
+        clip.visual.patch_dropout = saved
+    clip.set_grad_checkpointing(True)
+    try:
+        check(lambda q: encode_image_pair(clip.visual, img, im, token, q), im)
+        check(text_pair, tm[:, :n])
+    finally:
+        clip.set_grad_checkpointing(False)
+
+
 def grads(task, loss):
     task.zero_grad()
     loss.backward(retain_graph=True)
@@ -150,12 +198,14 @@ def reference_terms(task, img, t, tm, im):
     return terms, total_loss(terms, LossWeights())
 
 
-def test_task_step_equals_the_plain_reference_computation(clip, batch):
-    """Every shortcut of the training step (text pair cut after the last read position, shared patch
-    embedding, masked-only predictor queries, fused vocabulary NLL, one host sync) leaves the loss terms and
-    every parameter's gradient as the plain computation gives them."""
+@pytest.mark.parametrize("cfg", [{}, {"text_self_layers": 1, "image_self_layers": 1}])
+def test_task_step_equals_the_plain_reference_computation(clip, batch, cfg):
+    """Every shortcut of the training step (text pair cut after the last read position, masked copies' last
+    blocks only where read, shared patch embedding, masked-only predictor queries, fused vocabulary NLL, one
+    host sync) leaves the loss terms and every parameter's gradient as the plain computation gives them; with
+    self-attention predictor layers (every query needed) too."""
     torch.manual_seed(3)
-    task = MaccoTask(clip, MaccoConfig())
+    task = MaccoTask(clip, MaccoConfig(**cfg))
     out = task(*batch)
     terms, total = reference_terms(task, *batch)
     _, t, tm, im = batch
