@@ -38,8 +38,7 @@ def _embed_text(clip: nn.Module, text: torch.Tensor) -> torch.Tensor:
 
 
 def _put_mask_token(x: torch.Tensor, mask: torch.Tensor, mask_token: torch.Tensor) -> torch.Tensor:
-    m = mask.to(x.dtype).unsqueeze(-1)
-    return x * (1 - m) + mask_token.to(x.dtype) * m
+    return torch.where(mask.unsqueeze(-1), mask_token.to(x.dtype), x)
 
 
 def _text_out(clip: nn.Module, x: torch.Tensor) -> torch.Tensor:
