@@ -15,7 +15,6 @@ image predictor queries); the masked text copy is encoded only up to the last po
 from __future__ import annotations
 
 import torch
-from open_clip.transformer import ResidualAttentionBlock
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -155,6 +154,8 @@ def encode_image_tokens(visual: nn.Module, images: torch.Tensor, mask: torch.Ten
 def plain_last_block(transformer: nn.Module) -> bool:
     """True when the tower's last block can be run at a subset of its tokens (``_block_at``): open_clip's standard
     batch-first ``ResidualAttentionBlock`` (self-attention)."""
+    from open_clip.transformer import ResidualAttentionBlock  # here: importing open_clip costs seconds
+
     blocks = getattr(transformer, "resblocks", None)
     return (blocks is not None and len(blocks) > 0 and type(blocks[-1]) is ResidualAttentionBlock
             and not hasattr(blocks[-1], "ln_1_kv") and getattr(transformer, "batch_first", False))
