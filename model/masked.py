@@ -7,10 +7,10 @@ Image: conv1 patches -> CLS prepended -> (masked patches replaced by the image m
 + positional embedding -> ln_pre -> transformer -> ln_post and proj on *all* tokens (the reference projects the
 patch tokens too). Masks are boolean with True = masked; image masks have no CLS slot.
 With nothing masked both functions return exactly what ``clip.encode_text`` / ``clip.encode_image`` return.
-Pairs for training: the image copies run as one 2B batch sharing the patch embedding (``encode_image_pair``),
-and the masked copy's last block can be run only at the tokens read from it (its CLS and the masked patches the
-image predictor queries); the masked text copy is encoded only up to the last position read from it
-(``encode_text_pair``).
+Pairs for training: the image copies run as one 2B batch sharing the patch embedding (``encode_image_pair``);
+the masked text copy is encoded only up to the last position read from it (``encode_text_pair``); and each masked
+copy's last block can be run only at the tokens the step reads from it: its CLS/EOT and the masked positions the
+predictors query (``_block_at``).
 """
 from __future__ import annotations
 
