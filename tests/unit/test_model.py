@@ -95,10 +95,25 @@ def test_training_pairs_equal_separate_full_length_encodings(clip, batch):
     assert MaccoTask.step_sizes(t, late, im) == [61, 1, 4]
 
 
-def test_masked_copies_are_computed_only_where_the_step_reads_them(clip, batch):
+@pytest.fixture(scope="module")
+def clip3():
+    """macco-micro with 3 blocks per tower: blocks run before the cut last one."""
+    import json
+
+    from model import CONFIG_DIR
+
+    cfg = json.loads((CONFIG_DIR / "macco-micro.json").read_text())
+    cfg["vision_cfg"]["layers"] = cfg["text_cfg"]["layers"] = 3
+    torch.manual_seed(0)
+    return open_clip.CLIP(**cfg)
+
+
+@pytest.mark.parametrize("tower", ["clip", "clip3"])
+def test_masked_copies_are_computed_only_where_the_step_reads_them(request, tower, batch):
     """With query slots the masked copies' last blocks run only at the EOT/CLS and the masked positions: the
     features there and every gradient equal the full computation's; a tower whose last block cannot be cut
     (patch dropout) gives the same through the fallback, and so does gradient checkpointing."""
+    clip = request.getfixturevalue(tower)
     img, t, tm, im = batch
     token = torch.randn(32, requires_grad=True)
     n = MaccoTask.step_sizes(t, tm, im)[0]
