@@ -120,13 +120,16 @@ def vocab_nll(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return _VocabNLL.apply(hidden, weight, bias, targets)
 
 
+def _patch_grid(images: torch.Tensor, p: int) -> torch.Tensor:
+    """[B, 3, H, W] -> a [B, h, w, p, p, 3] view: patch (i, j) with (p, q, c) order inside (MAE ``nchpwq -> nhwpqc``)."""
+    B, C, H, W = images.shape
+    return images.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 3, 5, 1)
+
+
 def patchify(images: torch.Tensor, p: int) -> torch.Tensor:
     """[B, 3, H, W] -> [B, N, p*p*3] with (p, q, c) order inside a patch (MAE ``nchpwq -> nhwpqc``)."""
-    B, C, H, W = images.shape
-    h, w = H // p, W // p
-    x = images.reshape(B, C, h, p, w, p)
-    x = torch.einsum("nchpwq->nhwpqc", x)
-    return x.reshape(B, h * w, p * p * C)
+    grid = _patch_grid(images, p)
+    return grid.reshape(grid.shape[0], -1, p * p * grid.shape[-1])
 
 
 def norm_pix(patches: torch.Tensor) -> torch.Tensor:
@@ -153,14 +156,12 @@ def masked_patch_mse(pred_rows: torch.Tensor, images: torch.Tensor, mask: torch.
     """``masked_image_mse`` from the predictions at the masked patches only: ``pred_rows`` [n, p*p*3] in the order
     of ``mask.nonzero()``. The target is normalised only where it is read; the value is the same up to the
     reference's 1e-8 in the final division."""
-    B, C, H, W = images.shape
-    p = patch_size
+    grid = _patch_grid(images.float(), patch_size)  # a view: only the masked patches are cut out
     b, n = mask.nonzero(as_tuple=True)
-    # only the masked patches are cut out: [B, C, h, p, w, p] at (b, n // w, n % w) -> [n, p, p, C] (patchify's order)
-    grid = images.float().reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 3, 5, 1)
-    target = norm_pix(grid[b, n // (W // p), n % (W // p)].reshape(len(b), p * p * C))
+    w = grid.shape[2]
+    target = norm_pix(grid[b, n // w, n % w].reshape(len(b), -1))  # [n, p*p*3], patchify's order
     err = ((pred_rows.float() - target) ** 2).mean(dim=-1)
-    return per_sample_mean(err, b, B)
+    return per_sample_mean(err, b, mask.shape[0])
 
 
 def total_loss(terms: dict[str, torch.Tensor], w: LossWeights) -> torch.Tensor:

@@ -203,9 +203,8 @@ def encode_image_pair(visual: nn.Module, images: torch.Tensor, mask: torch.Tenso
                                and isinstance(visual.patch_dropout, nn.Identity)):  # dropout moves tokens
         out = _tokens_out(visual, visual.transformer(h))
         full, masked = out[:B], out[B:]
-        if queries is not None:
-            return (full[:, 0], full[:, 1:]), (masked[:, 0], take(masked[:, 1:], queries))
-        return (full[:, 0], full[:, 1:]), (masked[:, 0], masked[:, 1:])
+        patches = masked[:, 1:] if queries is None else take(masked[:, 1:], queries)
+        return (full[:, 0], full[:, 1:]), (masked[:, 0], patches)
     t = visual.transformer
     h = _run_blocks(t, h, t.resblocks[:-1])
     last = t.resblocks[-1]

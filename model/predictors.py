@@ -79,14 +79,6 @@ def take(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return x.gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
 
 
-def gather_queries(x: torch.Tensor, positions: torch.Tensor, count: int | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The tokens of ``x`` [B, L, E] at ``positions`` [B, L] (bool), packed as ``query_slots``: ([B, M, E],
-    valid [B, M]); ``out[valid]`` lists them in the order of ``x[positions]``."""
-    idx, valid = query_slots(positions, count)
-    return take(x, idx), valid
-
-
 def sincos_2d(embed_dim: int, grid: int) -> torch.Tensor:
     """Fixed 2-D sin-cos positions [grid*grid, D] (MAE's construction: half the channels per axis)."""
     if embed_dim % 4:
@@ -145,12 +137,12 @@ class TextPredictor(_Predictor):
                  positions: torch.Tensor | None = None, count: int | None = None) -> torch.Tensor:
         """What the vocabulary head reads: [n_masked, E] at ``positions`` (in the order of ``x[positions]``), or
         [B, L, E] if None. The training loss feeds it to ``losses.vocab_nll`` with the head's weights.
-        ``count``: the largest number of masked positions in a sample, if known (see ``gather_queries``)."""
+        ``count``: the largest number of masked positions in a sample, if known (see ``query_slots``)."""
         if positions is not None and not len(self.self_blocks):
             # cross-attention only: every query position is computed independently of the others, so only the
             # masked ones are run (same outputs; a fraction of the cost)
-            xq, valid = gather_queries(x, positions, count)
-            return self.packed_features(xq, x_global, y, y_global, valid)
+            idx, valid = query_slots(positions, count)
+            return self.packed_features(take(x, idx), x_global, y, y_global, valid)
         x = self._decode(inject_global(x, x_global), inject_global(y, y_global))
         # vocabulary logits only where a token is masked: same loss, far less memory
         return x[positions] if positions is not None else x
