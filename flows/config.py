@@ -24,14 +24,16 @@ DEFAULTS: dict = {
     "validate": {"params": {}},
     "train": {
         "arch": "ViT-B-32",
-        "base": None,  # a training section run first (e.g. a from-scratch base); its export initialises runs
+        "base": None,  # a training section (or a list: a chain) run first; the last export initialises runs
         "pretrained": None,  # weights file for the fine-tunes when there is no base
         "runs": {"macco": {"mode": "macco"}},  # name -> overrides of `common`
         "seeds": [0],
         "common": {},  # model.train.TrainConfig fields shared by every run
         "torchrun_nproc": 1,  # >1: launch each run under torchrun (DDP)
     },
-    "evaluate": {"benchmarks": "all", "roots": {}, "settings": {}, "models": "all"},
+    "evaluate": {"benchmarks": "all", "roots": {}, "settings": {}, "models": "all",
+                 "probes": True,  # on the synthetic world: model.probes for every model
+                 "compare": None},  # [model, control]: paired McNemar tests in the report (default: macco, clip-ft)
     "dask": {"address": None, "local_workers": 0},
 }
 

@@ -170,7 +170,8 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     # training: an optional base run, then each fine-tune x seed from the base's export
     tcfg = cfg["train"]
     known = train_fields()
-    for section in [tcfg["common"], tcfg["base"] or {}, *tcfg["runs"].values()]:
+    bases = base_sections(tcfg["base"])
+    for section in [tcfg["common"], *bases, *tcfg["runs"].values()]:
         bad = sorted(set(section) - known)
         if bad:
             raise ValueError(f"config train: unknown TrainConfig field(s) {bad}")
@@ -192,10 +193,12 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
 
     runs: dict[str, list[dict]] = {}
     base = None
-    if tcfg["base"]:
-        s, k = settings_for(tcfg["base"], int(tcfg["base"].get("seed", 0)), None)
-        base = r.call("train", train_task, r.art / "runs" / f"base-{k}", k, name="base", settings=s,
+    for i, section in enumerate(bases):  # a chain: each base stage starts from the previous one's export
+        name = "base" if i == len(bases) - 1 else f"base{i + 1}-{section.get('mode', 'macco')}"
+        s, k = settings_for(section, int(section.get("seed", 0)), base)
+        base = r.call("train", train_task, r.art / "runs" / f"{name}-{k}", k, name=name, settings=s,
                       nproc=tcfg["torchrun_nproc"])
+    if base is not None:
         runs["base"] = [base]
     for name, over in tcfg["runs"].items():
         for seed in tcfg["seeds"]:
@@ -219,18 +222,21 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     if ecfg["benchmarks"] != "all":
         roots = {b: roots[b] for b in ecfg["benchmarks"]}
     eval_cfg = {**ecfg["settings"], "roots": roots}
+    # the probes need the world's scene truth: on the synthetic world only
+    probe_cfg = {"world": root, "tables": {k: tables[k] for k in ("captions", "token_masks")}} \
+        if cfg["data"]["root"] is None and ecfg["probes"] else None
     models = list(runs) if ecfg["models"] == "all" else list(ecfg["models"])
     evals: dict[str, list[dict]] = {}
     eval_code = _version("model.benchmarks", "model.benchmarks.scoring", "model.benchmarks.aro",
                          "model.benchmarks.sugarcrepe", "model.benchmarks.vlchecklist", "model.benchmarks.valse",
-                         "model.benchmarks.whatsup", "model.benchmarks.winoground")
+                         "model.benchmarks.whatsup", "model.benchmarks.winoground", "model.probes")
     for label in models:
         for run in runs[label]:
             k = key_of("evaluate", run["content_hash"], {**ecfg["settings"], "roots": sorted(roots)}, roots_hash,
-                       eval_code)
+                       eval_code, table_hashes if probe_cfg else None)
             evals.setdefault(label, []).append(
                 r.call("evaluate", evaluate_task, r.dir("evaluate", k), k, label=run["name"], run=run,
-                       eval_cfg=eval_cfg))
+                       eval_cfg=eval_cfg, probe_cfg=probe_cfg))
     out["evaluate"] = evals
 
     if "report" in r.stages:
@@ -241,6 +247,18 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
         out["report"] = report_task(evals, str(report_dir), f"{cfg['name']}: base vs fine-tunes", note)
         print(open(out["report"]["markdown"]).read())
     return out
+
+
+def base_sections(base: dict | list | None) -> list[dict]:
+    """``train.base``: nothing, one training section, or a list of sections run as a chain (each initialised
+    from the previous one's export; the last is the base the fine-tunes start from)."""
+    if not base:
+        return []
+    if isinstance(base, dict):
+        return [base]
+    if not all(isinstance(b, dict) for b in base):
+        raise ValueError(f"config train.base: a section or a list of sections, not {base!r}")
+    return list(base)
 
 
 def run_flow(config: str, stages: list[str] | None = None, force: list[str] | None = None,

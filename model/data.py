@@ -145,8 +145,14 @@ def _key_seed(*parts) -> int:
 class MaccoDataset(Dataset):
     """Indexed by (epoch, index) pairs (see ``EpochBatchSampler``) so augmentation is a function of the step."""
 
-    def __init__(self, samples: list[Sample], cfg: DataConfig, geo: Geometry, seed: int = 0, tokenizer=None):
+    def __init__(self, samples: list[Sample], cfg: DataConfig, geo: Geometry, seed: int = 0, tokenizer=None,
+                 scenes: dict[str, torch.Tensor] | None = None):
         self.samples, self.cfg, self.geo, self.seed = samples, cfg, geo, seed
+        self.scenes = scenes  # file name -> scene targets (``model.scene``), for mode 'scene'
+        if scenes is not None:
+            missing = sorted({Path(s.file_name).name for s in samples} - set(scenes))
+            if missing:
+                raise ValueError(f"{len(missing)} training image(s) have no scene truth, e.g. {missing[:3]}")
         self.negatives = None
         if tokenizer is not None and any(s.hard_negative is not None for s in samples):
             texts = [s.hard_negative or FALLBACK_NEGATIVE for s in samples]
@@ -194,6 +200,10 @@ class MaccoDataset(Dataset):
                 "caption_id": s.caption_id}
         if self.negatives is not None:
             item["hard_text"] = self.negatives[idx]
+        if self.scenes is not None:
+            from .scene import crop_targets
+
+            item["scene"] = crop_targets(self.scenes[Path(s.file_name).name], crop, img.width, img.height)
         return item
 
 

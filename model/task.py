@@ -32,6 +32,8 @@ class MaccoConfig:
     image_self_layers: int = 0
     heads: int | None = None  # None: 8 as the reference (width >= 256), one per 32 channels for narrower models
     weights: LossWeights = field(default_factory=LossWeights)
+    mca: bool = True  # masked samples as extra contrastive negatives (off: the contrast sees full pairs only)
+    mir: bool = True  # the intra-modal masked-vs-full contrast (off: no MIR term)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -149,11 +151,15 @@ class MaccoTask(nn.Module):
             else:
                 T_m, _ = self._gather(T_m, T_m)
             if T_m is not None:
-                txts.append(T_m)
-                intra.append(intra_modal_loss(T, T_m, scale))
+                if cfg.mca:
+                    txts.append(T_m)
+                if cfg.mir:
+                    intra.append(intra_modal_loss(T, T_m, scale))
             if I_m is not None:
-                imgs.append(I_m)
-                intra.append(intra_modal_loss(I, I_m, scale))
+                if cfg.mca:
+                    imgs.append(I_m)
+                if cfg.mir:
+                    intra.append(intra_modal_loss(I, I_m, scale))
         hard = F.normalize(clip.encode_text(hard_texts), dim=-1) if (cfg.hardneg and hard_texts is not None) else None
         out["contrast_loss"] = contrast_loss(imgs, txts, scale, hard)
         if intra:

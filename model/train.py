@@ -34,8 +34,12 @@ class TrainConfig:
     image_root: str = ""
     split: str = "train"
     out_dir: str = "artifacts/runs/default"
-    mode: str = "macco"  # macco | clip-ft | text-only | image-only
+    mode: str = "macco"  # macco | clip-ft | text-only | image-only | scene (image tower on scene truth)
     hardneg: bool = False
+    mca: bool = True  # masked samples as extra contrastive negatives (the ablation "macco without MCA": false)
+    mir: bool = True  # the intra-modal masked-vs-full term (the ablation "macco without MIR": false)
+    lock_image: bool = False  # freeze the image tower (LiT: the text tower learns against a locked image tower)
+    scenes: str | None = None  # mode scene: the world's scenes_<split>.json (default: image_root/scenes_<split>.json)
     loss_weights: dict = field(default_factory=lambda: asdict(LossWeights()))
     text_cross_layers: int | None = None
     image_cross_layers: int | None = None
@@ -202,7 +206,13 @@ class NonFiniteLoss(FloatingPointError):
     pass
 
 
-def build_task(cfg: TrainConfig) -> MaccoTask:
+def scenes_path(cfg: TrainConfig) -> Path:
+    return Path(cfg.scenes) if cfg.scenes else Path(cfg.image_root) / f"scenes_{cfg.split}.json"
+
+
+def build_task(cfg: TrainConfig, vocab=None):
+    """The training task: ``MaccoTask`` (macco, clip-ft and the ablations) or ``SceneTask`` (mode scene, with
+    the scene vocabulary ``vocab``). ``lock_image`` freezes the image tower."""
     import open_clip
 
     from . import register_model_configs, resolve_arch
@@ -210,11 +220,24 @@ def build_task(cfg: TrainConfig) -> MaccoTask:
     register_model_configs()
     arch = resolve_arch(cfg.arch, cfg.pretrained)
     clip = open_clip.create_model(arch, pretrained=cfg.pretrained)
+    if cfg.mode == "scene":
+        from .scene import SceneTask
+
+        if cfg.lock_image:
+            raise ValueError("mode 'scene' trains the image tower: lock_image must be false")
+        return SceneTask(clip, vocab)
     mc = MaccoConfig(mode=cfg.mode, hardneg=cfg.hardneg, text_cross_layers=cfg.text_cross_layers,
                      image_cross_layers=cfg.image_cross_layers, heads=cfg.predictor_heads,
-                     weights=LossWeights(**cfg.loss_weights))
+                     weights=LossWeights(**cfg.loss_weights), mca=cfg.mca, mir=cfg.mir)
     large = arch.split("-quickgelu")[0] in ("ViT-B-16", "ViT-L-14")
-    return MaccoTask(clip, mc, large_backbone=large)
+    task = MaccoTask(clip, mc, large_backbone=large)
+    if cfg.lock_image:
+        if mc.masks_image:
+            raise ValueError(f"mode {cfg.mode!r} masks images (the image predictor trains the image tower's "
+                             "reconstruction): lock_image needs a mode without image masking")
+        for p in clip.visual.parameters():
+            p.requires_grad_(False)
+    return task
 
 
 # ---- training ---------------------------------------------------------------------------------------------
@@ -245,15 +268,23 @@ def train(cfg: TrainConfig) -> dict:
     random.seed(cfg.seed)
     out_dir = Path(cfg.out_dir)
 
-    task = build_task(cfg).to(device)
+    scenes = vocab = None
+    if cfg.mode == "scene":
+        from .scene import scene_targets
+
+        scenes, vocab = scene_targets(scenes_path(cfg))
+    task = build_task(cfg, vocab).to(device)
     task.rank, task.world_size = rank, world
-    geo = Geometry(task.grid * task.patch_size, task.patch_size)
+    visual = task.clip.visual
+    patch = visual.patch_size[0] if isinstance(visual.patch_size, (tuple, list)) else visual.patch_size
+    grid = visual.grid_size[0] if isinstance(visual.grid_size, (tuple, list)) else visual.grid_size
+    geo = Geometry(grid * patch, patch)
     samples, counts = build_samples({k: Path(v) for k, v in cfg.tables.items()}, cfg.split,
                                     hard_negatives=cfg.hardneg, seed=cfg.seed)
     dcfg = DataConfig(image_root=cfg.image_root, split=cfg.split, crop_scale=cfg.crop_scale, rect_prob=cfg.rect_prob,
                       rect_ratio=cfg.rect_ratio)
     tokenizer = open_clip.get_tokenizer("ViT-B-32") if cfg.hardneg else None
-    dataset = MaccoDataset(samples, dcfg, geo, seed=cfg.seed, tokenizer=tokenizer)
+    dataset = MaccoDataset(samples, dcfg, geo, seed=cfg.seed, tokenizer=tokenizer, scenes=scenes)
     micro = cfg.batch_size // cfg.accum_steps
     if micro * cfg.accum_steps != cfg.batch_size:
         raise ValueError(f"batch_size {cfg.batch_size} is not divisible by accum_steps {cfg.accum_steps}")
@@ -337,11 +368,15 @@ def train(cfg: TrainConfig) -> dict:
         log_now = is_main and ((step + 1) % max(cfg.log_every, 1) == 0 or step + 1 == total)
         for m in range(cfg.accum_steps):
             sl = slice(m * micro, (m + 1) * micro)
-            # the step's shapes from the host copy of the batch: no device sync inside the step
-            sizes = task.step_sizes(host["text"][sl], host["text_mask"][sl], host["image_mask"][sl])
             with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                out = model(batch["image"][sl], batch["text"][sl], batch["text_mask"][sl], batch["image_mask"][sl],
-                            batch["hard_text"][sl] if "hard_text" in batch else None, stats=log_now, sizes=sizes)
+                if cfg.mode == "scene":
+                    out = model(batch["image"][sl], batch["scene"][sl], stats=log_now)
+                else:
+                    # the step's shapes from the host copy of the batch: no device sync inside the step
+                    sizes = task.step_sizes(host["text"][sl], host["text_mask"][sl], host["image_mask"][sl])
+                    out = model(batch["image"][sl], batch["text"][sl], batch["text_mask"][sl],
+                                batch["image_mask"][sl], batch["hard_text"][sl] if "hard_text" in batch else None,
+                                stats=log_now, sizes=sizes)
             scaler.scale(out["total_loss"] / cfg.accum_steps).backward()
             for k, v in out.items():
                 terms_acc[k] = terms_acc.get(k, 0) + v.detach().float() / cfg.accum_steps
@@ -372,7 +407,7 @@ def train(cfg: TrainConfig) -> dict:
                     if k != "step":
                         writer.add_scalar(k, v, step + 1)
             if bar is not None:
-                bar.set_postfix(total=f"{row['total_loss']:.3f}", contrast=f"{row['contrast_loss']:.3f}")
+                bar.set_postfix(total=f"{row['total_loss']:.3f}")
         if bar is not None:
             bar.update(1)
         if is_main and cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < total:

@@ -430,3 +430,23 @@ def test_sincos_positions():
     assert torch.allclose(pe[0, :2], torch.tensor([0.0, 0.0])) and torch.allclose(pe[0, 2:4], torch.ones(2))
     assert torch.allclose(pe[1, 4:], pe[0, 4:])  # same row -> same h half
     assert torch.allclose(pe[3, :4], pe[0, :4])  # same column -> same w half
+
+
+def test_ablation_flags_drop_mca_negatives_and_the_mir_term(clip, batch):
+    """macco without MCA contrasts the full pairs only (the CLIP-FT contrast on the same weights); without MIR
+    there is no intra-modal term; the reconstruction terms are unchanged by either."""
+    img, t, tm, im = batch
+    torch.manual_seed(3)
+    full = MaccoTask(clip, MaccoConfig(mode="macco"))
+    outs = {}
+    for name, kw in {"full": {}, "no_mca": {"mca": False}, "no_mir": {"mir": False}, "ft": {"mode": "clip-ft"}}.items():
+        task = MaccoTask(clip, MaccoConfig(**{"mode": "macco", **kw}))
+        task.load_state_dict(full.state_dict())
+        with torch.no_grad():
+            outs[name] = task(img, t, tm, im)
+    assert torch.allclose(outs["no_mca"]["contrast_loss"], outs["ft"]["contrast_loss"], atol=1e-5)
+    assert not torch.allclose(outs["full"]["contrast_loss"], outs["ft"]["contrast_loss"], atol=1e-3)
+    assert "intra_modal_contrast_loss" not in outs["no_mir"]
+    assert torch.allclose(outs["no_mir"]["contrast_loss"], outs["full"]["contrast_loss"])
+    for k in ("mask_loss_text", "mask_loss_image"):
+        assert torch.allclose(outs["no_mca"][k], outs["full"][k]) and torch.allclose(outs["no_mir"][k], outs["full"][k])

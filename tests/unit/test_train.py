@@ -183,3 +183,69 @@ def test_ddp_two_processes_gloo(world, world_tables, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads((tmp_path / "ddp" / "summary.json").read_text())
     assert summary["steps"] == 3 and (tmp_path / "ddp" / "export" / "open_clip_model.safetensors").exists()
+
+
+def test_scene_targets_and_crops(world):
+    from model.scene import SceneVocab, crop_targets, scene_targets
+
+    targets, vocab = scene_targets(world / "scenes_train.json")
+    scenes = json.loads((world / "scenes_train.json").read_text())
+    assert len(targets) == len(scenes) and vocab == SceneVocab.from_world(world / "world.json")
+    sc = scenes[0]
+    t = targets[sc["file_name"]]
+    assert t[:, 0].sum() == len({s["colour"] for s in sc["shapes"]})
+    s = sc["shapes"][0]
+    c = vocab.colours.index(s["colour"])
+    if [x["colour"] for x in sc["shapes"]].count(s["colour"]) == 1:
+        x1, y1, x2, y2 = s["box"]
+        assert t[c, 2].item() == pytest.approx((x1 + x2) / 128) and t[c, 4].item() == vocab.kinds.index(s["kind"])
+    one = torch.tensor([[1.0, 1, 0.5, 0.25, 2, 1]])
+    cropped = crop_targets(one, (16, 0, 32, 32), 64, 64)  # top 16, left 0, 32 x 32
+    assert cropped[0, 2].item() == 1.0 and cropped[0, 3].item() == 0.0 and cropped[0, 1] == 1
+    assert crop_targets(one, (32, 0, 32, 32), 64, 64)[0, 1] == 0  # the centre left the crop: not supervised
+    bad = world.parent / "bad-scenes"
+    bad.mkdir(exist_ok=True)
+    (bad / "world.json").write_text((world / "world.json").read_text())
+    (bad / "scenes_train.json").write_text(json.dumps([{**sc, "shapes": [{**s, "colour": "teal"}]}]))
+    with pytest.raises(ValueError, match="scenes_train.json: image .*colour 'teal' not in the vocabulary"):
+        scene_targets(bad / "scenes_train.json")
+
+
+def test_base_chain_scene_then_locked_image_text_tower(world, world_tables, tmp_path):
+    """mode scene trains the image tower only (text tower exactly as it came); then clip-ft with lock_image
+    trains the text tower only (image tower exactly the scene stage's): the demo's base recipe."""
+    seed = train(cfg_for(world, world_tables, tmp_path / "seed", max_steps=2, mode="clip-ft"))
+    scene = train(cfg_for(world, world_tables, tmp_path / "scene", max_steps=24, batch_size=16, mode="scene",
+                          lr_clip=3e-3, lr_predictor=3e-3, pretrained=seed["export"]["pt"]))
+    hist = scene["history"]
+    assert {"presence_loss", "position_loss", "kind_loss", "size_loss"} <= set(hist[-1])
+    assert sum(h["total_loss"] for h in hist[-4:]) < sum(h["total_loss"] for h in hist[:4])
+    lit = train(cfg_for(world, world_tables, tmp_path / "lit", max_steps=3, mode="clip-ft", lock_image=True,
+                        pretrained=scene["export"]["pt"]))
+    sd = {k: torch.load(r["export"]["pt"], weights_only=True)["state_dict"] for k, r in
+          (("seed", seed), ("scene", scene), ("lit", lit))}
+    vis = [k for k in sd["seed"] if k.startswith("visual.")]
+    txt = [k for k in sd["seed"] if k.startswith(("transformer.", "token_embedding", "ln_final", "text_projection"))]
+    assert vis and txt
+    assert all(torch.equal(sd["seed"][k], sd["scene"][k]) for k in txt)
+    assert not all(torch.equal(sd["seed"][k], sd["scene"][k]) for k in vis)
+    assert all(torch.equal(sd["scene"][k], sd["lit"][k]) for k in vis)
+    assert not all(torch.equal(sd["scene"][k], sd["lit"][k]) for k in txt)
+    with pytest.raises(ValueError, match="lock_image needs a mode without image masking"):
+        train(cfg_for(world, world_tables, tmp_path / "bad", max_steps=1, mode="macco", lock_image=True))
+
+
+def test_probe_runs_on_a_trained_macco_run_with_its_text_predictor(world, world_tables, tmp_path):
+    from model.probes import ProbeConfig, probe
+
+    s = train(cfg_for(world, world_tables, tmp_path / "m", max_steps=2, mode="macco"))
+    tables = {k: world_tables[k] for k in ("captions", "token_masks")}
+    res = probe("macco-micro", s["export"]["pt"], ProbeConfig(world=str(world), text_pairs=200),
+                s["checkpoint"], tables)
+    rec = res["reconstruction"]
+    assert rec["relation_n"] > 0 and rec["attribute_n"] > 0 and 0 <= rec["relation_acc"] <= 1
+    assert 0 <= res["retrieval"]["i2t_r1"] <= 1 and 0 <= res["zeroshot_top1"] <= 1
+    assert res["text"]["swap_n"] > 0 and -1 <= res["text"]["relation_swap_cosine"] <= 1
+    ft = train(cfg_for(world, world_tables, tmp_path / "ft", max_steps=1, mode="clip-ft"))
+    assert "reconstruction" not in probe("macco-micro", ft["export"]["pt"], ProbeConfig(world=str(world)),
+                                         ft["checkpoint"], tables)
