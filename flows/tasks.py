@@ -267,13 +267,16 @@ def train_task(name: str, settings: dict, out: str, key: str, nproc: int = 1) ->
     exp = summary["export"]
     return write_stage(out, {"stage": "train", "name": name, "key": key, "dir": str(out), "export_dir": exp["dir"],
                              "export_pt": exp["pt"], "content_hash": exp["sha256"], "arch": settings["arch"],
+                             "checkpoint": summary["checkpoint"], "mode": settings.get("mode", "macco"),
                              "files": [exp["pt"], str(Path(exp["dir"]) / "open_clip_model.safetensors")],
                              "last": last})
 
 
 # ---- evaluate ---------------------------------------------------------------------------------------------
 @cached_task(name="evaluate", task_run_name="evaluate-{label}")
-def evaluate_task(label: str, run: dict | None, eval_cfg: dict, out: str, key: str) -> dict:
+def evaluate_task(label: str, run: dict | None, eval_cfg: dict, out: str, key: str,
+                  probe_cfg: dict | None = None) -> dict:
+    """The benchmarks, and on the synthetic world (``probe_cfg``: world root and tables) the probes."""
     from model.benchmarks import EvalConfig, evaluate
 
     out = Path(out)
@@ -283,6 +286,11 @@ def evaluate_task(label: str, run: dict | None, eval_cfg: dict, out: str, key: s
     cfg = EvalConfig(model=run["arch"], checkpoint=run["export_pt"], **eval_cfg)
     res = evaluate(cfg, list(cfg.roots), out / "results.json", results_table=out / "eval_results")
     res["label"] = label
+    if probe_cfg is not None:
+        from model.probes import ProbeConfig, probe
+
+        res["probes"] = probe(run["arch"], run["export_pt"], ProbeConfig(world=probe_cfg["world"]),
+                              run.get("checkpoint"), probe_cfg["tables"])
     (out / "results.json").write_text(json.dumps(res, indent=2, default=str))
     get_run_logger().info("evaluate %s: %s", label, {b: {k: round(v, 4) for k, v in r["groups"].items()
                                                        if isinstance(v, float)} for b, r in res["benchmarks"].items()})

@@ -303,6 +303,19 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=1, help="Order perturbation seed (ARO authors: 1)")
     ev.set_defaults(fn=cmd_eval)
 
+    pr = sub.add_parser("probe", help="diagnostics on the synthetic world: image/text probes, reconstruction, "
+                                      "retrieval and zero-shot (held-out images)")
+    pr.add_argument("--model", required=True, help="open_clip architecture or local-dir:PATH")
+    pr.add_argument("--checkpoint", help="weights file for --model (e.g. a run's export .pt)")
+    pr.add_argument("--world", type=Path, required=True, help="the synthetic world root")
+    pr.add_argument("--train-checkpoint", type=Path,
+                    help="a run's training checkpoint (checkpoints/step-*.pt): adds the text predictor's "
+                         "masked-word accuracy (needs --tables)")
+    pr.add_argument("--tables", type=Path, help="artifacts root or folder holding the captions and token_masks tables")
+    pr.add_argument("--out", type=Path, help="JSON results file")
+    pr.add_argument("--device", default="cpu")
+    pr.set_defaults(fn=cmd_probe)
+
     ru = sub.add_parser("run", help="run the whole DAG (the Prefect flow, without a deployment)")
     ru.add_argument("--config", default="configs/demo.yaml")
     ru.add_argument("--stages", nargs="+", help="stages to run (default: all): " + " ".join(
@@ -310,6 +323,32 @@ def build_parser() -> argparse.ArgumentParser:
     ru.add_argument("--force", nargs="+", default=[], help="stages to redo even if cached")
     ru.set_defaults(fn=cmd_run)
     return p
+
+
+def cmd_probe(args) -> int:
+    from model.probes import ProbeConfig, probe
+    from pipeline.report import format_probes
+
+    tables = None
+    if args.train_checkpoint is not None:
+        if args.tables is None:
+            print("macco probe: --train-checkpoint needs --tables (captions + token_masks)", file=sys.stderr)
+            return 2
+        from pipeline.validate import discover_tables
+
+        tables = discover_tables(args.tables)
+        missing = [t for t in ("captions", "token_masks") if t not in tables]
+        if missing:
+            print(f"macco probe: no {' or '.join(missing)} table under {args.tables}", file=sys.stderr)
+            return 2
+    res = probe(args.model, args.checkpoint, ProbeConfig(world=str(args.world), device=args.device),
+                str(args.train_checkpoint) if args.train_checkpoint else None, tables)
+    print(format_probes({"model": res}))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(res, indent=2, default=str))
+        print(f"wrote {args.out}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

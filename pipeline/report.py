@@ -21,6 +21,10 @@ GROUPS = [
 ]
 
 
+# chance accuracy of each row: two options (true vs one negative) except COCO-Order (1 of 5) and What's Up (1 of 4)
+CHANCE = {name: 0.5 for _, _, name in GROUPS} | {"ARO COCO-Order (P@1)": 0.2, "What's Up controlled": 0.25}
+
+
 def _n(bench: dict) -> int:
     return sum(v.get("n", 0) for v in bench["subsets"].values())
 
@@ -42,17 +46,76 @@ def collect(results: dict[str, list[dict]]) -> dict:
     return table
 
 
-def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str, note: str = "") -> dict:
+def mcnemar(model: list[str], control: list[str]) -> dict:
+    """Exact McNemar test over paired cases pooled over seeds: ``model`` and ``control`` are per-seed strings
+    of '1'/'0'/'x' over the same cases (seed k paired with seed k; cases with a missing image skipped).
+    b: cases the model gets right and the control wrong; c: the reverse; p: two-sided binomial test of b
+    against b + c at 1/2."""
+    from scipy.stats import binomtest
+
+    b = c = n = 0
+    for m, k in zip(model, control):
+        if len(m) != len(k):
+            raise ValueError(f"paired case strings differ in length ({len(m)} vs {len(k)}): not the same cases")
+        for x, y in zip(m, k):
+            if "x" in (x, y):
+                continue
+            n += 1
+            b += x == "1" and y == "0"
+            c += x == "0" and y == "1"
+    p = binomtest(b, b + c, 0.5).pvalue if b + c else 1.0
+    return {"b": b, "c": c, "n": n, "pairs": min(len(model), len(control)), "p": float(p)}
+
+
+def paired_tests(results: dict[str, list[dict]], control: str) -> dict[str, dict[str, dict]]:
+    """{model: {row label: mcnemar(model, control)}} for every model but ``control`` and the base."""
+    out: dict[str, dict[str, dict]] = {}
+    if control not in results:
+        return out
+    for label, runs in results.items():
+        if label in (control, "base"):
+            continue
+        rows = {}
+        for bench, key, name in GROUPS:
+            m = [r["benchmarks"][bench].get("cases", {}).get(key) for r in runs if bench in r["benchmarks"]]
+            k = [r["benchmarks"][bench].get("cases", {}).get(key) for r in results[control]
+                 if bench in r["benchmarks"]]
+            if m and k and None not in m and None not in k:
+                rows[name] = mcnemar(m, k)
+        out[label] = rows
+    return out
+
+
+def _probe_section(results: dict[str, list[dict]]) -> list[str]:
+    probes = {m: [r["probes"] for r in runs if "probes" in r] for m, runs in results.items()}
+    probes = {m: v for m, v in probes.items() if v}
+    if not probes:
+        return []
+    return ["", "## Probes (held-out world images and captions; mean ± sd over seeds)", "",
+            format_probes(probes), "",
+            "Image probes: cross-validated ridge from the global image embedding (or the patch tokens) to each "
+            "colour's centre; pair direction: the read-outs order a held-out left/above pair correctly. Text: "
+            "mean cosine of a caption with its subject/object swap and its attribute swap (1.0 = the swap is "
+            "invisible); relation direction: a logistic probe on the text embedding (bag of words: 50 %). "
+            "Recon: the text predictor's masked-word accuracy on held-out captions. Retrieval and zero-shot: "
+            "the test split."]
+
+
+def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str, note: str = "",
+                 control: str = "clip-ft", alpha: float = 0.05) -> dict:
+    """``results.md`` / ``results.json`` / ``results.png``. Every model's cells are marked where a paired
+    McNemar test against ``control`` (cases pooled over seeds) gives p < ``alpha``: ▲ better, ▼ worse."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = collect(results)
     labels = list(table)
+    tests = paired_tests(results, control)
     names = [name for _, _, name in GROUPS if any(name in table[m] for m in labels)]
     seeds = {m: max((v[2] for v in table[m].values()), default=0) for m in labels}
     lines = [f"# {title}", "", note, "",
-             "| benchmark group | n | " + " | ".join(f"{m} ({seeds[m]} seed{'s' if seeds[m] != 1 else ''})"
+             "| benchmark group | n | chance | " + " | ".join(f"{m} ({seeds[m]} seed{'s' if seeds[m] != 1 else ''})"
                                                   for m in labels) + " |",
-             "|---|---:|" + "---:|" * len(labels)]
+             "|---|---:|---:|" + "---:|" * len(labels)]
     for name in names:
         n = next(table[m][name][3] for m in labels if name in table[m])
         cells = []
@@ -61,9 +124,24 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
                 cells.append("-")
                 continue
             mean, sd, k, _ = table[m][name]
-            cells.append(f"{100 * mean:.1f}" + (f" ± {100 * sd:.1f}" if k > 1 else ""))
-        lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
-    lines += ["", "Accuracy in %; ± is the standard deviation over seeds."]
+            t = tests.get(m, {}).get(name)
+            mark = ""
+            if t is not None and t["p"] < alpha:
+                mark = " ▲" if t["b"] > t["c"] else " ▼"
+            cells.append(f"{100 * mean:.1f}" + (f" ± {100 * sd:.1f}" if k > 1 else "") + mark)
+        lines.append(f"| {name} | {n} | {100 * CHANCE[name]:.0f} | " + " | ".join(cells) + " |")
+    lines += ["", f"Accuracy in %; ± is the standard deviation over seeds. ▲/▼: better/worse than {control} in an "
+                  f"exact McNemar test over the same cases pooled over seeds (p < {alpha})."]
+    for m, rows in tests.items():
+        if not rows:
+            continue
+        lines += ["", f"### {m} vs {control}: paired McNemar (cases pooled over {max(r['pairs'] for r in rows.values())}"
+                      " seed pair(s))", "",
+                  f"| benchmark group | paired cases | {m} right, {control} wrong | {control} right, {m} wrong | p |",
+                  "|---|---:|---:|---:|---:|"]
+        for name, r in rows.items():
+            lines.append(f"| {name} | {r['n']} | {r['b']} | {r['c']} | {r['p']:.3g}{' *' if r['p'] < alpha else ''} |")
+    lines += _probe_section(results)
     md = out_dir / "results.md"
     md.write_text("\n".join(lines) + "\n")
 
@@ -83,7 +161,9 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
     ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)
-    ax.axhline(50, color="grey", lw=0.5, ls="--")
+    for i, n in enumerate(names):  # chance per benchmark group
+        ax.hlines(100 * CHANCE[n], i - 0.45, i + 0.45, color="black", lw=1.0, ls="--",
+                  label="chance" if i == 0 else None)
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -91,6 +171,69 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
     fig.savefig(png, dpi=120)
     plt.close(fig)
     (out_dir / "results.json").write_text(json.dumps(
-        {m: {n: {"mean": v[0], "sd": v[1], "seeds": v[2], "n": v[3]} for n, v in rows.items()}
-         for m, rows in table.items()}, indent=2))
+        {"benchmarks": {m: {n: {"mean": v[0], "sd": v[1], "seeds": v[2], "n": v[3]} for n, v in rows.items()}
+                        for m, rows in table.items()},
+         "paired_tests": {"control": control, "alpha": alpha, "models": tests},
+         "probes": {m: {k: {"mean": v[0], "sd": v[1], "runs": v[2]} for k, v in
+                        probe_summary([r["probes"] for r in runs if "probes" in r]).items()}
+                    for m, runs in results.items()}}, indent=2))
     return {"markdown": str(md), "png": str(png), "table": "\n".join(lines)}
+
+
+# (label, path into a probe result, format): the rows of the probe table
+PROBE_ROWS = [
+    ("image: position R² x (global)", ("image_global", "r2_x"), "r2"),
+    ("image: position R² y (global)", ("image_global", "r2_y"), "r2"),
+    ("image: pair direction (global) %", ("image_global", "direction_acc"), "pct"),
+    ("image: position R² x (patches)", ("image_patches", "r2_x"), "r2"),
+    ("image: pair direction (patches) %", ("image_patches", "direction_acc"), "pct"),
+    ("text: relation-swap cosine", ("text", "relation_swap_cosine"), "r2"),
+    ("text: attribute-swap cosine", ("text", "attribute_swap_cosine"), "r2"),
+    ("text: relation direction %", ("text", "direction_acc"), "pct"),
+    ("recon: relation words %", ("reconstruction", "relation_acc"), "pct"),
+    ("recon: attribute words %", ("reconstruction", "attribute_acc"), "pct"),
+    ("retrieval i→t R@1 %", ("retrieval", "i2t_r1"), "pct"),
+    ("retrieval t→i R@1 %", ("retrieval", "t2i_r1"), "pct"),
+    ("zero-shot top-1 %", ("zeroshot_top1",), "pct"),
+]
+PROBE_CHANCE = {"image: pair direction (global) %": "50", "image: pair direction (patches) %": "50",
+                "text: relation direction %": "50", "image: position R² x (global)": "0",
+                "image: position R² y (global)": "0", "image: position R² x (patches)": "0"}
+
+
+def probe_value(res: dict, path: tuple[str, ...]):
+    for k in path:
+        if not isinstance(res, dict) or k not in res:
+            return None
+        res = res[k]
+    return res
+
+
+def probe_summary(runs: list[dict]) -> dict[str, tuple[float, float, int]]:
+    """{row label: (mean, sd, runs)} over several runs' probe results (seeds)."""
+    out = {}
+    for label, path, _ in PROBE_ROWS:
+        vals = [v for v in (probe_value(r, path) for r in runs) if v is not None]
+        if vals:
+            out[label] = (statistics.mean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0, len(vals))
+    return out
+
+
+def format_probes(results: dict[str, list[dict] | dict]) -> str:
+    """A markdown table: probe rows x models ({label: result or [results over seeds]})."""
+    summ = {m: probe_summary(r if isinstance(r, list) else [r]) for m, r in results.items()}
+    labels = list(summ)
+    lines = ["| probe | chance | " + " | ".join(labels) + " |", "|---|---:|" + "---:|" * len(labels)]
+    for label, _, fmt in PROBE_ROWS:
+        if not any(label in summ[m] for m in labels):
+            continue
+        cells = []
+        for m in labels:
+            if label not in summ[m]:
+                cells.append("-")
+                continue
+            mean, sd, k = summ[m][label]
+            f = (lambda v: f"{100 * v:.1f}") if fmt == "pct" else (lambda v: f"{v:.2f}")
+            cells.append(f(mean) + (f" ± {f(sd)}" if k > 1 else ""))
+        lines.append(f"| {label} | {PROBE_CHANCE.get(label, '')} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -283,6 +283,7 @@ def generate_world(out: str | Path, cfg: WorldConfig) -> dict:
         summary["splits"][split] = {"images": len(images), "captions": len(caps), "boxes": len(anns)}
     _write_json(out / "dataset_coco.json", karpathy)
     _write_json(out / "world.json", {"config": asdict(cfg), "kinds": list(KINDS), "colours": list(COLOURS),
+                                     "relation_words": {r: w[0] for r, w in RELATION_WORDS.items()},
                                      "sizes": list(SIZES), "relations": list(RELATIONS)})
     if cfg.benchmarks:
         from pipeline.world_benchmarks import write_benchmarks

@@ -11,8 +11,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from ..export import file_sha256 as sha256_file
-from .scoring import Encoder, score_cases, tally
+from .scoring import Case, Encoder, score_cases, tally
 
 BENCHMARKS = ("aro-vgr", "aro-vga", "coco-order", "flickr-order", "sugarcrepe", "vl-checklist", "valse",
               "whatsup", "winoground", "zeroshot")
@@ -113,7 +115,45 @@ def run_benchmark(enc: Encoder, name: str, root: str | Path, cfg: EvalConfig) ->
         g = valse.groups(res)
     else:
         g = whatsup.groups(res)
-    return {"subsets": _subsets(res), "groups": g, "settings": settings}
+    return {"subsets": _subsets(res), "groups": g, "settings": settings,
+            "cases": paired_cases(name, cases, scores, cfg)}
+
+
+def case_groups(name: str, case: Case, cfg: EvalConfig, vga_counts: dict[str, int] | None = None) -> list[str]:
+    """The report groups (keys of ``groups``) whose score pools ``case``: the cases a paired test compares."""
+    from . import aro, sugarcrepe, whatsup
+
+    if name == "aro-vgr":
+        return [] if case.group in aro.excluded_relations(cfg.aro_exclusion) else ["macro"]
+    if name == "aro-vga":
+        return ["macro"] if (vga_counts or {}).get(case.group, 0) >= cfg.vga_min_count else []
+    if name in ("coco-order", "flickr-order"):
+        return ["precision_at_1"]
+    if name == "sugarcrepe":
+        return [g for g, subs in sugarcrepe.GROUPS.items() if case.subset in subs]
+    if name == "vl-checklist":
+        return [{"A": "attribute", "R": "relation", "O": "object"}[case.group[0]]] if case.group[:2] in (
+            "A-", "R-", "O-") else []
+    if name == "valse":
+        return ["avg"]
+    if name == "whatsup":
+        return ["whatsup_macro"] if case.subset in whatsup.CONTROLLED else []
+    return []
+
+
+def paired_cases(name: str, cases, scores, cfg: EvalConfig) -> dict[str, str]:
+    """{report group: one character per case it pools, in the benchmark's case order}: '1' right, '0' wrong,
+    'x' image missing. Two models' strings over the same files line up case by case (McNemar's test)."""
+    vga_counts: dict[str, int] = {}
+    for c, s in zip(cases, scores):
+        if s is not None:
+            vga_counts[c.group] = vga_counts.get(c.group, 0) + 1
+    out: dict[str, list[str]] = {}
+    for c, s in zip(cases, scores):
+        bit = "x" if s is None else ("1" if int(np.argmax(s)) == c.true_index else "0")
+        for g in case_groups(name, c, cfg, vga_counts):
+            out.setdefault(g, []).append(bit)
+    return {g: "".join(v) for g, v in out.items()}
 
 
 def evaluate(cfg: EvalConfig, names: list[str], out_json: str | Path | None = None,

@@ -1,0 +1,331 @@
+"""Diagnostics of a CLIP on the synthetic world: what the image side knows, what the text side uses, what the
+text predictor reconstructs, and general ability (retrieval, zero-shot).
+
+All on held-out world images and captions (the val and test splits; never the training split).
+- Image side: cross-validated ridge probes from the global image embedding (and from the patch tokens) to the
+  centre x and y of each colour's shape (images where that colour occurs once), R^2 on out-of-fold predictions;
+  pair direction: for each held-out "a left of b" / "a above b" pair of such shapes, whether the out-of-fold
+  position read-outs order them correctly (chance 50 %).
+- Text side: swap sensitivity, the mean cosine between "a X rel a Y" and its subject/object swap "a Y rel a X"
+  and its attribute swap (colours exchanged; 1.0 = the swap is invisible); relation direction, a
+  cross-validated logistic probe from the text embedding to which of two named shapes the caption puts first
+  on the axis (a bag-of-words encoder is at 50 %: both orders have the same words and opposite labels).
+- Reconstruction (runs with a text predictor): masked-word accuracy of the text predictor on held-out captions
+  with every relation and attribute token masked, as in training, split into relation and attribute words.
+- General: image->text and text->image recall@1 over the test split (5 captions per image), and zero-shot
+  recognition (the top-1 of the "a <colour> <kind>" prompts is an object of the image).
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HELD_OUT = ("val", "test")
+
+
+@dataclass
+class ProbeConfig:
+    world: str  # the world root (scenes_<split>.json, world.json, <split>2014/)
+    splits: tuple[str, ...] = HELD_OUT
+    folds: int = 5
+    seed: int = 0
+    text_pairs: int = 1200  # generated captions for the text direction probe
+    batch_size: int = 256
+    device: str = "cpu"
+
+
+# ---- features ---------------------------------------------------------------------------------------------
+@torch.no_grad()
+def image_features(model, preprocess, paths: list[Path], batch_size: int = 256,
+                   device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """(global embeddings [N, E], patch tokens flattened [N, P * E]) after the tower's projection."""
+    from PIL import Image
+
+    from .masked import encode_image_tokens
+
+    g, p = [], []
+    for i in range(0, len(paths), batch_size):
+        ims = []
+        for path in paths[i:i + batch_size]:
+            with Image.open(path) as im:
+                ims.append(preprocess(im.convert("RGB")))
+        glob, tok = encode_image_tokens(model.visual, torch.stack(ims).to(device))
+        g.append(glob.float().cpu().numpy())
+        p.append(tok.float().flatten(1).cpu().numpy())
+    return np.concatenate(g), np.concatenate(p)
+
+
+@torch.no_grad()
+def text_features(model, tokenizer, texts: list[str], batch_size: int = 256, device: str = "cpu") -> np.ndarray:
+    out = []
+    for i in range(0, len(texts), batch_size):
+        f = model.encode_text(tokenizer(texts[i:i + batch_size]).to(device))
+        out.append(torch.nn.functional.normalize(f.float(), dim=-1).cpu().numpy())
+    return np.concatenate(out)
+
+
+# ---- the world's held-out scenes ---------------------------------------------------------------------------
+def load_world(root: str | Path, splits=HELD_OUT) -> tuple[dict, list[dict]]:
+    """(world.json, scenes of ``splits`` with their image paths under ``path``)."""
+    root = Path(root)
+    meta_path = root / "world.json"
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"{meta_path}: not a synthetic world root (probes need world.json)")
+    meta = json.loads(meta_path.read_text())
+    scenes = []
+    for split in splits:
+        for sc in json.loads((root / f"scenes_{split}.json").read_text()):
+            scenes.append({**sc, "split": split, "path": root / f"{split}2014" / sc["file_name"]})
+    return meta, scenes
+
+
+def _np(colour: str, kind: str) -> str:
+    return f"{'an' if colour[0] in 'aeiou' else 'a'} {colour} {kind}"
+
+
+def unique_positions(meta: dict, scenes: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{colour: (scene indices where it occurs once, centres [n, 2] in [0, 1])}."""
+    size = meta["config"]["size"]
+    out: dict[str, tuple[list, list]] = {c: ([], []) for c in meta["colours"]}
+    for i, sc in enumerate(scenes):
+        cols = [s["colour"] for s in sc["shapes"]]
+        for s in sc["shapes"]:
+            if cols.count(s["colour"]) == 1:
+                x1, y1, x2, y2 = s["box"]
+                out[s["colour"]][0].append(i)
+                out[s["colour"]][1].append(((x1 + x2) / 2 / size, (y1 + y2) / 2 / size))
+    return {c: (np.array(ix, dtype=int), np.array(xy, dtype=float).reshape(-1, 2)) for c, (ix, xy) in out.items()}
+
+
+# ---- image side ------------------------------------------------------------------------------------------
+def _oof_ridge(X: np.ndarray, y: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    from sklearn.linear_model import RidgeCV
+    from sklearn.model_selection import KFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    est = make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-2, 5, 15)))
+    return cross_val_predict(est, X, y, cv=KFold(folds, shuffle=True, random_state=seed))
+
+
+def position_probe(features: np.ndarray, meta: dict, scenes: list[dict], folds: int = 5, seed: int = 0) -> dict:
+    """Per colour, out-of-fold R^2 of x and y; the pair direction accuracy of the out-of-fold read-outs."""
+    from sklearn.metrics import r2_score
+
+    pos = unique_positions(meta, scenes)
+    pred: dict[tuple[int, str], np.ndarray] = {}
+    r2 = {}
+    for colour, (ix, xy) in pos.items():
+        if len(ix) < 2 * folds:
+            continue
+        p = _oof_ridge(features[ix], xy, folds, seed)
+        r2[colour] = {"x": float(r2_score(xy[:, 0], p[:, 0])), "y": float(r2_score(xy[:, 1], p[:, 1])),
+                      "n": int(len(ix))}
+        for k, i in enumerate(ix):
+            pred[(int(i), colour)] = p[k]
+    correct = n = 0
+    for i, sc in enumerate(scenes):
+        for r in sc["relations"]:
+            axis = {"left of": 0, "above": 1}.get(r["relation"])
+            a, b = sc["shapes"][r["subject"]]["colour"], sc["shapes"][r["object"]]["colour"]
+            if axis is None or (i, a) not in pred or (i, b) not in pred:
+                continue
+            n += 1
+            correct += int(pred[(i, a)][axis] < pred[(i, b)][axis])
+    return {"r2_x": float(np.mean([v["x"] for v in r2.values()])) if r2 else None,
+            "r2_y": float(np.mean([v["y"] for v in r2.values()])) if r2 else None,
+            "direction_acc": correct / n if n else None, "direction_n": n, "per_colour": r2}
+
+
+# ---- text side -------------------------------------------------------------------------------------------
+def swap_captions(meta: dict, scenes: list[dict]) -> list[tuple[str, str, str | None]]:
+    """(caption, subject/object swap, attribute swap or None) for each spatial relation of ``scenes``."""
+    words = meta["relation_words"]
+    out = []
+    for sc in scenes:
+        for r in sc["relations"]:
+            if r["relation"] not in ("left of", "right of", "above", "below"):
+                continue
+            a, b = sc["shapes"][r["subject"]], sc["shapes"][r["object"]]
+            w = words[r["relation"]]
+            cap = f"{_np(a['colour'], a['kind'])} {w} {_np(b['colour'], b['kind'])}"
+            rel = f"{_np(b['colour'], b['kind'])} {w} {_np(a['colour'], a['kind'])}"
+            att = None
+            if a["colour"] != b["colour"] and a["kind"] != b["kind"]:
+                att = f"{_np(b['colour'], a['kind'])} {w} {_np(a['colour'], b['kind'])}"
+            out.append((cap, rel, att))
+    return out
+
+
+def direction_captions(meta: dict, n: int, seed: int = 0) -> tuple[list[str], np.ndarray]:
+    """``n`` generated captions "X rel Y" over random pairs of object types, and for each whether it puts the
+    pair's alphabetically first type first on the relation's axis (left of / above it)."""
+    rng = random.Random(seed)
+    types = [(c, k) for c in meta["colours"] for k in meta["kinds"]]
+    words = meta["relation_words"]
+    texts, labels = [], []
+    for _ in range(n):
+        p, q = sorted(rng.sample(types, 2))
+        rel = rng.choice(["left of", "right of", "above", "below"])
+        first, second = (p, q) if rng.random() < 0.5 else (q, p)
+        texts.append(f"{_np(*first)} {words[rel]} {_np(*second)}")
+        before = rel in ("left of", "above")  # the caption's first shape comes first on the axis
+        labels.append(int(before == (first == p)))
+    return texts, np.array(labels)
+
+
+def text_direction_probe(T: np.ndarray, labels: np.ndarray, folds: int = 5, seed: int = 0) -> float:
+    """Out-of-fold accuracy of a logistic probe from text embeddings to the direction labels."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    est = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
+    pred = cross_val_predict(est, T, labels, cv=StratifiedKFold(folds, shuffle=True, random_state=seed))
+    return float((pred == labels).mean())
+
+
+# ---- general ability -------------------------------------------------------------------------------------
+def retrieval(I: np.ndarray, T: np.ndarray, text_image: np.ndarray) -> dict:
+    """Recall@1 both ways; ``text_image`` [n_texts] is each caption's image row in ``I`` (both normalised)."""
+    S = I @ T.T
+    i2t = float(np.mean([text_image[S[i].argmax()] == i for i in range(len(I))]))
+    t2i = float(np.mean(S.argmax(axis=0) == text_image))
+    return {"i2t_r1": i2t, "t2i_r1": t2i}
+
+
+def zero_shot(I: np.ndarray, prompts_T: np.ndarray, types: list[tuple[str, str]], scenes: list[dict]) -> float:
+    """Share of images whose top-1 "a <colour> <kind>" prompt names one of their shapes."""
+    top = (I @ prompts_T.T).argmax(axis=1)
+    return float(np.mean([types[t] in {(s["colour"], s["kind"]) for s in sc["shapes"]} for t, sc in zip(top, scenes)]))
+
+
+# ---- reconstruction --------------------------------------------------------------------------------------
+@torch.no_grad()
+def masked_word_accuracy(task, preprocess, rows: list[dict], image_paths: dict[int, Path], batch_size: int = 256,
+                         device: str = "cpu") -> dict:
+    """The text predictor's accuracy at every masked relation / attribute token of ``rows`` (token-mask rows
+    joined with their caption's image id), each caption masked as in training, against its full image."""
+    from PIL import Image
+
+    from .masked import encode_image_tokens, encode_text_tokens
+
+    hits = {"relation": [0, 0], "attribute": [0, 0]}
+    clip, tp = task.clip, task.text_predictor
+    for i in range(0, len(rows), batch_size):
+        chunk = rows[i:i + batch_size]
+        L = len(chunk[0]["token_ids"])
+        texts = torch.tensor([r["token_ids"] for r in chunk], device=device)
+        mask = torch.zeros(len(chunk), L, dtype=torch.bool, device=device)
+        kind = torch.zeros(len(chunk), L, dtype=torch.long, device=device)  # 1 relation, 2 attribute
+        for k, r in enumerate(chunk):
+            for j in r["attribute_idx"]:
+                mask[k, j], kind[k, j] = True, 2
+            for j in r["relation_idx"]:
+                mask[k, j], kind[k, j] = True, 1
+        ims = []
+        for r in chunk:
+            with Image.open(image_paths[r["image_id"]]) as im:
+                ims.append(preprocess(im.convert("RGB")))
+        i_glob, i_tok = encode_image_tokens(clip.visual, torch.stack(ims).to(device))
+        tm_tok, tm_glob = encode_text_tokens(clip, texts, mask, task.text_mask_token)
+        h = tp.features(tm_tok, tm_glob, i_tok, i_glob, positions=mask)
+        right = tp.head(h).argmax(-1) == texts[mask]
+        kinds = kind[mask]
+        for name, code in (("relation", 1), ("attribute", 2)):
+            sel = kinds == code
+            hits[name][0] += int(right[sel].sum())
+            hits[name][1] += int(sel.sum())
+    return {f"{k}_acc": (c / n if n else None) for k, (c, n) in hits.items()} | \
+        {f"{k}_n": n for k, (_, n) in hits.items()}
+
+
+# ---- all of it -------------------------------------------------------------------------------------------
+def run_probes(model, preprocess, tokenizer, cfg: ProbeConfig, task=None, mask_rows: list[dict] | None = None) -> dict:
+    """Every probe for one CLIP (``task``: its training task, when it has a text predictor, with the held-out
+    token-mask rows ``mask_rows`` for the reconstruction probe)."""
+    model = model.eval()
+    meta, scenes = load_world(cfg.world, cfg.splits)
+    G, P = image_features(model, preprocess, [sc["path"] for sc in scenes], cfg.batch_size, cfg.device)
+    out: dict = {"images": len(scenes), "splits": list(cfg.splits),
+                 "image_global": position_probe(G, meta, scenes, cfg.folds, cfg.seed),
+                 "image_patches": position_probe(P, meta, scenes, cfg.folds, cfg.seed)}
+    swaps = swap_captions(meta, scenes)
+    caps = [s[0] for s in swaps]
+    T0 = text_features(model, tokenizer, caps, cfg.batch_size, cfg.device)
+    T_rel = text_features(model, tokenizer, [s[1] for s in swaps], cfg.batch_size, cfg.device)
+    att = [(k, s[2]) for k, s in enumerate(swaps) if s[2] is not None]
+    T_att = text_features(model, tokenizer, [a for _, a in att], cfg.batch_size, cfg.device)
+    texts, labels = direction_captions(meta, cfg.text_pairs, cfg.seed)
+    out["text"] = {"relation_swap_cosine": float(np.mean(np.sum(T0 * T_rel, axis=1))),
+                   "attribute_swap_cosine": float(np.mean(np.sum(T0[[k for k, _ in att]] * T_att, axis=1))),
+                   "swap_n": len(swaps),
+                   "direction_acc": text_direction_probe(text_features(model, tokenizer, texts, cfg.batch_size,
+                                                                      cfg.device), labels, cfg.folds, cfg.seed),
+                   "direction_n": len(texts)}
+    # general ability on the test split
+    test = [k for k, sc in enumerate(scenes) if sc["split"] == "test"]
+    Gn = G[test] / np.linalg.norm(G[test], axis=1, keepdims=True)
+    root = Path(cfg.world)
+    ann = json.loads((root / "annotations" / "captions_test2014.json").read_text())["annotations"]
+    row = {scenes[k]["image_id"]: j for j, k in enumerate(test)}
+    ann = [a for a in ann if a["image_id"] in row]
+    Tt = text_features(model, tokenizer, [a["caption"] for a in ann], cfg.batch_size, cfg.device)
+    out["retrieval"] = retrieval(Gn, Tt, np.array([row[a["image_id"]] for a in ann])) | {"captions": len(ann)}
+    types = [(c, k) for c in meta["colours"] for k in meta["kinds"]]
+    Tp = text_features(model, tokenizer, [_np(c, k) for c, k in types], cfg.batch_size, cfg.device)
+    out["zeroshot_top1"] = zero_shot(Gn, Tp, types, [scenes[k] for k in test])
+    if task is not None and mask_rows:
+        paths = {sc["image_id"]: sc["path"] for sc in scenes}
+        rows = [r for r in mask_rows if r["image_id"] in paths]
+        out["reconstruction"] = masked_word_accuracy(task.eval(), preprocess, rows, paths, cfg.batch_size,
+                                                     cfg.device)
+    return out
+
+
+def held_out_mask_rows(tables: dict[str, str | Path], splits=HELD_OUT) -> list[dict]:
+    """Token-mask rows of the held-out captions with at least one relation or attribute token, with image_id."""
+    from data_schemas import TABLES, read_table
+
+    caps = {r["caption_id"]: r for r in read_table(TABLES["captions"], tables["captions"],
+                                                    ["caption_id", "image_id", "split"]).to_pylist()
+            if r["split"] in splits}
+    rows = []
+    for r in read_table(TABLES["token_masks"], tables["token_masks"]).to_pylist():
+        if r["caption_id"] in caps and (r["relation_idx"] or r["attribute_idx"]):
+            rows.append({**r, "image_id": caps[r["caption_id"]]["image_id"]})
+    return rows
+
+
+def load_training_task(train_checkpoint: str | Path, device: str = "cpu"):
+    """The training task of a run's checkpoint (CLIP + predictors), or None when it has no text predictor."""
+    from .train import build_task, load_config
+
+    ck = torch.load(train_checkpoint, map_location="cpu", weights_only=True)
+    conf = {k: v for k, v in ck["config"].items() if k not in ("pretrained",)}
+    cfg = load_config(None, [], **conf)
+    if cfg.mode not in ("macco", "text-only"):
+        return None
+    task = build_task(cfg)
+    task.load_state_dict(ck["task"])
+    return task.to(device).eval()
+
+
+def probe(model: str, checkpoint: str | None, cfg: ProbeConfig, train_checkpoint: str | None = None,
+          tables: dict | None = None) -> dict:
+    """Load a CLIP (an open_clip architecture + weights file, as ``macco eval``) and run every probe; with a
+    run's training checkpoint and the captions + token_masks tables, also the reconstruction probe."""
+    from .benchmarks import EvalConfig, load_encoder
+
+    enc, model_id, sha = load_encoder(EvalConfig(model=model, checkpoint=checkpoint, device=cfg.device))
+    task = load_training_task(train_checkpoint, cfg.device) if train_checkpoint else None
+    rows = held_out_mask_rows(tables, cfg.splits) if (task is not None and tables) else None
+    out = run_probes(enc.model, enc.preprocess, enc.tokenizer, cfg, task, rows)
+    return {"model": model_id, "checkpoint": checkpoint, "checkpoint_sha256": sha, **out}
+
