@@ -171,13 +171,15 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     tcfg = cfg["train"]
     known = train_fields()
     bases = base_sections(tcfg["base"])
-    for section in [tcfg["common"], *bases, *tcfg["runs"].values()]:
-        bad = sorted(set(section) - known)
+    sections = [(tcfg["common"], known), *((b, known) for b in bases),
+                *((r_, known | {"seeds"}) for r_ in tcfg["runs"].values())]  # a run may have its own seeds
+    for section, allowed in sections:
+        bad = sorted(set(section) - allowed)
         if bad:
             raise ValueError(f"config train: unknown TrainConfig field(s) {bad}")
     train_tables = {k: tables[k] for k in ("captions", "token_masks", "scene_graphs", "regions")}
     model_code = _version("model.task", "model.masked", "model.predictors", "model.losses", "model.data",
-                          "model.train", "model.export")
+                          "model.scene", "model.train", "model.export")
     table_hashes = [parse["content_hash"], ground["content_hash"], captions["content_hash"]]
 
     def settings_for(over: dict, seed: int, init: dict | None) -> tuple[dict, str]:
@@ -201,7 +203,9 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     if base is not None:
         runs["base"] = [base]
     for name, over in tcfg["runs"].items():
-        for seed in tcfg["seeds"]:
+        seeds = over.get("seeds", tcfg["seeds"])  # a run may have its own seeds
+        over = {a: b for a, b in over.items() if a != "seeds"}
+        for seed in seeds:
             s, k = settings_for(over, seed, base)
             runs.setdefault(name, []).append(
                 r.call("train", train_task, r.art / "runs" / f"{name}-s{seed}-{k}", k, name=f"{name}-s{seed}",
@@ -223,7 +227,7 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
         roots = {b: roots[b] for b in ecfg["benchmarks"]}
     eval_cfg = {**ecfg["settings"], "roots": roots}
     # the probes need the world's scene truth: on the synthetic world only
-    probe_cfg = {"world": root, "tables": {k: tables[k] for k in ("captions", "token_masks")}} \
+    probe_cfg = {"world": root, "tables": train_tables} \
         if cfg["data"]["root"] is None and ecfg["probes"] else None
     models = list(runs) if ecfg["models"] == "all" else list(ecfg["models"])
     evals: dict[str, list[dict]] = {}
@@ -233,16 +237,17 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     for label in models:
         for run in runs[label]:
             k = key_of("evaluate", run["content_hash"], {**ecfg["settings"], "roots": sorted(roots)}, roots_hash,
-                       eval_code, table_hashes if probe_cfg else None)
+                       eval_code, (sorted(probe_cfg["tables"]), table_hashes) if probe_cfg else None)
             evals.setdefault(label, []).append(
                 r.call("evaluate", evaluate_task, r.dir("evaluate", k), k, label=run["name"], run=run,
                        eval_cfg=eval_cfg, probe_cfg=probe_cfg))
     out["evaluate"] = evals
 
     if "report" in r.stages:
-        n_seeds = len(tcfg["seeds"])
-        note = (f"Synthetic world, {n_seeds} seed{'s' if n_seeds > 1 else ''} per fine-tune "
-                f"({'mean ± sd over seeds' if n_seeds > 1 else 'a single seed: no spread estimate'}).")
+        counts = sorted({len(v) for k, v in runs.items() if k != "base"})
+        n_seeds = "/".join(map(str, counts))
+        note = (f"Synthetic world, {n_seeds} seed{'s' if counts != [1] else ''} per fine-tune "
+                f"({'mean ± sd over seeds' if counts != [1] else 'a single seed: no spread estimate'}).")
         report_dir = r.art / "runs" / cfg["name"]
         out["report"] = report_task(evals, str(report_dir), f"{cfg['name']}: base vs fine-tunes", note)
         print(open(out["report"]["markdown"]).read())

@@ -310,8 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--world", type=Path, required=True, help="the synthetic world root")
     pr.add_argument("--train-checkpoint", type=Path,
                     help="a run's training checkpoint (checkpoints/step-*.pt): adds the text predictor's "
-                         "masked-word accuracy (needs --tables)")
-    pr.add_argument("--tables", type=Path, help="artifacts root or folder holding the captions and token_masks tables")
+                         "masked-word accuracy and the loss terms' gradient norms per tower (needs --tables)")
+    pr.add_argument("--tables", type=Path,
+                    help="artifacts root or folder holding the captions, token_masks, scene_graphs, regions tables")
     pr.add_argument("--out", type=Path, help="JSON results file")
     pr.add_argument("--device", default="cpu")
     pr.set_defaults(fn=cmd_probe)
@@ -337,10 +338,12 @@ def cmd_probe(args) -> int:
         from pipeline.validate import discover_tables
 
         tables = discover_tables(args.tables)
-        missing = [t for t in ("captions", "token_masks") if t not in tables]
+        missing = [t for t in ("captions", "token_masks", "scene_graphs", "regions") if t not in tables]
         if missing:
             print(f"macco probe: no {' or '.join(missing)} table under {args.tables}", file=sys.stderr)
             return 2
+    if tables is not None:
+        tables = {t: tables[t] for t in ("captions", "token_masks", "scene_graphs", "regions")}
     res = probe(args.model, args.checkpoint, ProbeConfig(world=str(args.world), device=args.device),
                 str(args.train_checkpoint) if args.train_checkpoint else None, tables)
     print(format_probes({"model": res}))

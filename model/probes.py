@@ -304,28 +304,89 @@ def held_out_mask_rows(tables: dict[str, str | Path], splits=HELD_OUT) -> list[d
 
 
 def load_training_task(train_checkpoint: str | Path, device: str = "cpu"):
-    """The training task of a run's checkpoint (CLIP + predictors), or None when it has no text predictor."""
+    """(training task of a run's checkpoint: CLIP + predictors + mask tokens, its TrainConfig), or (None, cfg)
+    for a run that is not a MaccoTask (mode scene)."""
     from .train import build_task, load_config
 
     ck = torch.load(train_checkpoint, map_location="cpu", weights_only=True)
     conf = {k: v for k, v in ck["config"].items() if k not in ("pretrained",)}
     cfg = load_config(None, [], **conf)
-    if cfg.mode not in ("macco", "text-only"):
-        return None
+    if cfg.mode == "scene":
+        return None, cfg
     task = build_task(cfg)
     task.load_state_dict(ck["task"])
-    return task.to(device).eval()
+    return task.to(device).eval(), cfg
+
+
+def term_gradient_norms(task, batch: dict) -> dict[str, dict[str, float]]:
+    """For one batch: the L2 norm of each *weighted* loss term's gradient over the text tower's and over the
+    image tower's parameters (which term drives each tower; the logit scale is left out)."""
+    from .losses import LossWeights
+
+    w: LossWeights = task.cfg.weights
+    weights = {"contrast_loss": w.contrast, "intra_modal_contrast_loss": w.intra_modal,
+               "mask_loss_text": w.mask_text, "mask_loss_image": w.mask_image}
+    towers = {"text": [], "image": []}
+    for name, p in task.clip.named_parameters():
+        if p.requires_grad and name != "logit_scale":
+            towers["image" if name.startswith("visual.") else "text"].append(p)
+    with torch.enable_grad():
+        out = task(batch["image"], batch["text"], batch["text_mask"], batch["image_mask"],
+                   batch.get("hard_text"), stats=False)
+        res: dict[str, dict[str, float]] = {}
+        for term, weight in weights.items():
+            if term not in out:
+                continue
+            res[term] = {}
+            for tower, params in towers.items():
+                if not params:
+                    continue
+                grads = torch.autograd.grad(weight * out[term], params, retain_graph=True, allow_unused=True)
+                res[term][tower] = float(torch.sqrt(sum((g.float() ** 2).sum() for g in grads if g is not None)
+                                                    or torch.zeros(())))
+    return res
+
+
+def held_out_batch(task, train_cfg, tables: dict, split: str = "val", size: int = 128) -> dict | None:
+    """One batch of held-out ``split`` pairs built as training builds them (masks, crops, hard negatives)."""
+    from data_schemas.geometry import Geometry
+
+    from .data import DataConfig, MaccoDataset, build_samples, collate
+
+    samples, _ = build_samples({k: Path(v) for k, v in tables.items()}, split, hard_negatives=train_cfg.hardneg,
+                               seed=train_cfg.seed)
+    if not samples:
+        return None
+    tokenizer = None
+    if train_cfg.hardneg:
+        import open_clip
+
+        tokenizer = open_clip.get_tokenizer("ViT-B-32")
+    geo = Geometry(task.grid * task.patch_size, task.patch_size)
+    ds = MaccoDataset(samples, DataConfig(image_root=train_cfg.image_root, split=split), geo, seed=train_cfg.seed,
+                      tokenizer=tokenizer)
+    batch = collate([ds[(0, i)] for i in range(min(size, len(samples)))])
+    batch.pop("skipped")
+    return batch if "image" in batch else None
 
 
 def probe(model: str, checkpoint: str | None, cfg: ProbeConfig, train_checkpoint: str | None = None,
           tables: dict | None = None) -> dict:
     """Load a CLIP (an open_clip architecture + weights file, as ``macco eval``) and run every probe; with a
-    run's training checkpoint and the captions + token_masks tables, also the reconstruction probe."""
+    run's training checkpoint and its tables (captions, token_masks, scene_graphs, regions), also the text
+    predictor's reconstruction (runs that mask text) and the per-term gradient norms on one held-out batch."""
     from .benchmarks import EvalConfig, load_encoder
 
     enc, model_id, sha = load_encoder(EvalConfig(model=model, checkpoint=checkpoint, device=cfg.device))
-    task = load_training_task(train_checkpoint, cfg.device) if train_checkpoint else None
-    rows = held_out_mask_rows(tables, cfg.splits) if (task is not None and tables) else None
-    out = run_probes(enc.model, enc.preprocess, enc.tokenizer, cfg, task, rows)
+    task = train_cfg = None
+    if train_checkpoint:
+        task, train_cfg = load_training_task(train_checkpoint, cfg.device)
+    recon = task is not None and task.cfg.masks_text and tables
+    rows = held_out_mask_rows(tables, cfg.splits) if recon else None
+    out = run_probes(enc.model, enc.preprocess, enc.tokenizer, cfg, task if recon else None, rows)
+    if task is not None and tables and "regions" in tables:
+        batch = held_out_batch(task, train_cfg, tables)
+        if batch is not None:
+            out["gradient_norms"] = term_gradient_norms(task, batch) | {"batch": len(batch["text"])}
     return {"model": model_id, "checkpoint": checkpoint, "checkpoint_sha256": sha, **out}
 

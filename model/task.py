@@ -130,7 +130,10 @@ class MaccoTask(nn.Module):
             (t_tok, t_glob), (tm_tok, tm_glob) = encode_text_pair(clip, texts, text_mask, self.text_mask_token,
                                                                   text_len, text_slots and text_slots[0])
         else:
-            t_tok, t_glob = encode_text_tokens(clip, texts)
+            # without an image predictor (which attends to every position, padding included, as the
+            # reference) only the EOT is read: under the causal mask the positions after the batch's last EOT
+            # change nothing, so the text runs trimmed to them (the same features)
+            t_tok, t_glob = encode_text_tokens(clip, texts if cfg.masks_image else texts[:, :text_len])
         if cfg.masks_image:
             (i_glob, i_tok), (im_glob, im_tok) = encode_image_pair(clip.visual, images, image_mask,
                                                                    self.img_mask_token, image_slots and image_slots[0])

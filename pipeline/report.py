@@ -98,7 +98,8 @@ def _probe_section(results: dict[str, list[dict]]) -> list[str]:
             "mean cosine of a caption with its subject/object swap and its attribute swap (1.0 = the swap is "
             "invisible); relation direction: a logistic probe on the text embedding (bag of words: 50 %). "
             "Recon: the text predictor's masked-word accuracy on held-out captions. Retrieval and zero-shot: "
-            "the test split."]
+            "the test split. grad: the norm of each weighted loss term's gradient over a tower's parameters, on "
+            "one held-out batch of 128 at the end of training."]
 
 
 def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str, note: str = "",
@@ -195,7 +196,10 @@ PROBE_ROWS = [
     ("retrieval i→t R@1 %", ("retrieval", "i2t_r1"), "pct"),
     ("retrieval t→i R@1 %", ("retrieval", "t2i_r1"), "pct"),
     ("zero-shot top-1 %", ("zeroshot_top1",), "pct"),
-]
+] + [(f"grad ‖{tower}‖ ← {label}", ("gradient_norms", term, tower), "g")
+     for tower in ("text", "image")
+     for term, label in (("contrast_loss", "contrast"), ("intra_modal_contrast_loss", "MIR"),
+                         ("mask_loss_text", "masked text"), ("mask_loss_image", "masked image"))]
 PROBE_CHANCE = {"image: pair direction (global) %": "50", "image: pair direction (patches) %": "50",
                 "text: relation direction %": "50", "image: position R² x (global)": "0",
                 "image: position R² y (global)": "0", "image: position R² x (patches)": "0"}
@@ -233,7 +237,7 @@ def format_probes(results: dict[str, list[dict] | dict]) -> str:
                 cells.append("-")
                 continue
             mean, sd, k = summ[m][label]
-            f = (lambda v: f"{100 * v:.1f}") if fmt == "pct" else (lambda v: f"{v:.2f}")
+            f = {"pct": lambda v: f"{100 * v:.1f}", "g": lambda v: f"{v:.3g}"}.get(fmt, lambda v: f"{v:.2f}")
             cells.append(f(mean) + (f" ± {f(sd)}" if k > 1 else ""))
         lines.append(f"| {label} | {PROBE_CHANCE.get(label, '')} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

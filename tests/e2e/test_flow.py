@@ -68,7 +68,11 @@ def test_full_flow_then_everything_cached_then_changes_rerun_exactly_their_stage
     cfg = tiny_config(tmp_path)
     out, states = run(cfg)
     assert (Path(out["report"]["markdown"])).exists() and Path(out["report"]["png"]).exists()
-    assert set(states["train"]) == {"Completed"} and len(states["train"]) == 3
+    assert set(states["train"]) == {"Completed"} and len(states["train"]) == 4  # 2 base stages, 2 fine-tunes
+    md = Path(out["report"]["markdown"]).read_text()
+    assert "### macco vs clip-ft: paired McNemar" in md and "## Probes" in md and "recon: relation words" in md
+    ev = json.loads(Path(out["evaluate"]["macco"][0]["results"]).read_text())
+    assert ev["probes"]["reconstruction"]["relation_n"] > 0 and "cases" in ev["benchmarks"]["whatsup"]
     assert states["parse-shard"] and states["ground-shard"]
 
     t0 = time.perf_counter()
@@ -85,7 +89,7 @@ def test_full_flow_then_everything_cached_then_changes_rerun_exactly_their_stage
     c["train"]["common"]["max_steps"] = 3
     cfg.write_text(yaml.safe_dump(c))
     _, states = run(cfg)
-    assert states["train"].count("Completed") == 2 and states["train"].count("Cached") == 1  # base cached
+    assert states["train"].count("Completed") == 2 and states["train"].count("Cached") == 2  # base cached
     assert states["evaluate"].count("Completed") == 2 and states["evaluate"].count("Cached") == 1
     for stage in ("world", "captions", "parse", "ground", "masks"):
         assert set(states[stage]) == {"Cached"}, (stage, states[stage])

@@ -450,3 +450,16 @@ def test_ablation_flags_drop_mca_negatives_and_the_mir_term(clip, batch):
     assert torch.allclose(outs["no_mir"]["contrast_loss"], outs["full"]["contrast_loss"])
     for k in ("mask_loss_text", "mask_loss_image"):
         assert torch.allclose(outs["no_mca"][k], outs["full"][k]) and torch.allclose(outs["no_mir"][k], outs["full"][k])
+
+
+def test_clip_ft_step_runs_the_text_trimmed_and_equals_the_plain_clip_loss(clip, batch):
+    img, t, tm, im = batch
+    task = MaccoTask(clip, MaccoConfig(mode="clip-ft"))
+    sizes = task.step_sizes(t, tm, im)
+    assert sizes[0] < t.shape[1]  # the batch's last EOT is well before position 77
+    with torch.no_grad():
+        out = task(img, t, tm, im, sizes=sizes)
+        I = torch.nn.functional.normalize(clip.encode_image(img), dim=-1)
+        T = torch.nn.functional.normalize(clip.encode_text(t), dim=-1)
+        ref = contrast_loss([I], [T], clip.logit_scale.exp())
+    assert torch.allclose(out["contrast_loss"], ref, atol=1e-6)

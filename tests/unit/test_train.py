@@ -239,13 +239,17 @@ def test_probe_runs_on_a_trained_macco_run_with_its_text_predictor(world, world_
     from model.probes import ProbeConfig, probe
 
     s = train(cfg_for(world, world_tables, tmp_path / "m", max_steps=2, mode="macco"))
-    tables = {k: world_tables[k] for k in ("captions", "token_masks")}
+    tables = {k: world_tables[k] for k in ("captions", "token_masks", "scene_graphs", "regions")}
     res = probe("macco-micro", s["export"]["pt"], ProbeConfig(world=str(world), text_pairs=200),
                 s["checkpoint"], tables)
+    g = res["gradient_norms"]
+    assert set(g) == {"contrast_loss", "intra_modal_contrast_loss", "mask_loss_text", "mask_loss_image", "batch"}
+    assert g["mask_loss_text"]["text"] > 0 and g["mask_loss_text"]["image"] == 0  # the image is detached there
+    assert g["mask_loss_image"]["image"] == 0 and g["mask_loss_image"]["text"] > 0  # masked-image query detached
     rec = res["reconstruction"]
     assert rec["relation_n"] > 0 and rec["attribute_n"] > 0 and 0 <= rec["relation_acc"] <= 1
     assert 0 <= res["retrieval"]["i2t_r1"] <= 1 and 0 <= res["zeroshot_top1"] <= 1
     assert res["text"]["swap_n"] > 0 and -1 <= res["text"]["relation_swap_cosine"] <= 1
     ft = train(cfg_for(world, world_tables, tmp_path / "ft", max_steps=1, mode="clip-ft"))
-    assert "reconstruction" not in probe("macco-micro", ft["export"]["pt"], ProbeConfig(world=str(world)),
-                                         ft["checkpoint"], tables)
+    res = probe("macco-micro", ft["export"]["pt"], ProbeConfig(world=str(world)), ft["checkpoint"], tables)
+    assert "reconstruction" not in res and set(res["gradient_norms"]) == {"contrast_loss", "batch"}
