@@ -33,7 +33,7 @@ DEFAULTS: dict = {
     },
     "evaluate": {"benchmarks": "all", "roots": {}, "settings": {}, "models": "all",
                  "probes": True,  # on the synthetic world: model.probes for every model
-                 "compare": None},  # [model, control]: paired McNemar tests in the report (default: macco, clip-ft)
+                 "control": "clip-ft"},  # every other model is tested against it (paired McNemar) in the report
     "dask": {"address": None, "local_workers": 0},
 }
 

@@ -249,7 +249,8 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
         note = (f"Synthetic world, {n_seeds} seed{'s' if counts != [1] else ''} per fine-tune "
                 f"({'mean ± sd over seeds' if counts != [1] else 'a single seed: no spread estimate'}).")
         report_dir = r.art / "runs" / cfg["name"]
-        out["report"] = report_task(evals, str(report_dir), f"{cfg['name']}: base vs fine-tunes", note)
+        out["report"] = report_task(evals, str(report_dir), f"{cfg['name']}: base vs fine-tunes", note,
+                                    ecfg["control"])
         print(open(out["report"]["markdown"]).read())
     return out
 

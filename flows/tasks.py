@@ -300,12 +300,12 @@ def evaluate_task(label: str, run: dict | None, eval_cfg: dict, out: str, key: s
 
 
 @task(name="report", task_run_name="report")
-def report_task(evals: dict[str, list[dict]], out: str, title: str, note: str) -> dict:
+def report_task(evals: dict[str, list[dict]], out: str, title: str, note: str, control: str = "clip-ft") -> dict:
     from prefect.artifacts import create_markdown_artifact
 
     from pipeline.report import write_report
 
     results = {label: [json.loads(Path(e["results"]).read_text()) for e in runs] for label, runs in evals.items()}
-    rep = write_report(results, out, title, note)
+    rep = write_report(results, out, title, note, control=control)
     create_markdown_artifact(key="evaluation-results", markdown=rep["table"], description=title)
     return rep

@@ -5,7 +5,7 @@ import pytest
 
 from macco.cli import build_parser, main
 
-VERBS = ["world", "parse", "ground", "masks", "validate", "train", "eval", "run", "inspect", "show-masks"]
+VERBS = ["world", "parse", "ground", "masks", "validate", "train", "eval", "probe", "run", "inspect", "show-masks"]
 
 
 @pytest.mark.parametrize("verb", VERBS)
@@ -63,3 +63,18 @@ def test_imports_point_one_way():
                     [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
                 bad += [f"{f.relative_to(root)}: {n}" for n in names if n.split(".")[0] in forbidden]
     assert not bad, bad
+
+
+def test_probe_verb_writes_its_json_and_checks_its_arguments(world, tmp_path, capsys):
+    import json
+
+    out = tmp_path / "probes.json"
+    assert main(["probe", "--model", "macco-micro", "--world", str(world), "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert {"image_global", "image_patches", "text", "retrieval", "zeroshot_top1"} <= set(res)
+    assert "| text: relation direction % | 50 |" in capsys.readouterr().out
+    assert main(["probe", "--model", "macco-micro", "--world", str(world), "--train-checkpoint",
+                 str(tmp_path / "x.pt")]) == 2
+    assert "--train-checkpoint needs --tables" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="not a synthetic world root"):
+        main(["probe", "--model", "macco-micro", "--world", str(tmp_path)])
