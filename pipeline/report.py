@@ -25,7 +25,11 @@ GROUPS = [
 CHANCE = {name: 0.5 for _, _, name in GROUPS} | {"ARO COCO-Order (P@1)": 0.2, "What's Up controlled": 0.25}
 
 
-def _n(bench: dict) -> int:
+def _n(bench: dict, key: str) -> int:
+    """The cases the group pools (from the per-case string), else every case of the benchmark."""
+    cases = bench.get("cases", {}).get(key)
+    if cases is not None:
+        return len(cases) - cases.count("x")
     return sum(v.get("n", 0) for v in bench["subsets"].values())
 
 
@@ -39,7 +43,7 @@ def collect(results: dict[str, list[dict]]) -> dict:
             vals = [v for v in vals if v is not None]
             if not vals:
                 continue
-            n = _n(next(r for r in runs if bench in r["benchmarks"])["benchmarks"][bench])
+            n = _n(next(r for r in runs if bench in r["benchmarks"])["benchmarks"][bench], key)
             spread = statistics.stdev(vals) if len(vals) > 1 else 0.0
             rows[name] = (statistics.mean(vals), spread, len(vals), n)
         table[label] = rows
