@@ -308,12 +308,16 @@ def load_training_task(train_checkpoint: str | Path, device: str = "cpu"):
     for a run that is not a MaccoTask (mode scene)."""
     from .train import build_task, load_config
 
+    from . import resolve_arch
+
     ck = torch.load(train_checkpoint, map_location="cpu", weights_only=True)
-    conf = {k: v for k, v in ck["config"].items() if k not in ("pretrained",)}
-    cfg = load_config(None, [], **conf)
+    cfg = load_config(None, [], **ck["config"])
     if cfg.mode == "scene":
         return None, cfg
-    task = build_task(cfg)
+    # the architecture the run built (its weights file decided it, e.g. QuickGELU for OpenAI weights), without
+    # loading that file: the checkpoint holds every weight
+    task = build_task(load_config(None, [], **{**ck["config"], "pretrained": None,
+                                               "arch": resolve_arch(cfg.arch, cfg.pretrained)}))
     task.load_state_dict(ck["task"])
     return task.to(device).eval(), cfg
 
@@ -363,8 +367,9 @@ def held_out_batch(task, train_cfg, tables: dict, split: str = "val", size: int 
 
         tokenizer = open_clip.get_tokenizer("ViT-B-32")
     geo = Geometry(task.grid * task.patch_size, task.patch_size)
-    ds = MaccoDataset(samples, DataConfig(image_root=train_cfg.image_root, split=split), geo, seed=train_cfg.seed,
-                      tokenizer=tokenizer)
+    dcfg = DataConfig(image_root=train_cfg.image_root, split=split, crop_scale=train_cfg.crop_scale,
+                      rect_prob=train_cfg.rect_prob, rect_ratio=train_cfg.rect_ratio)
+    ds = MaccoDataset(samples, dcfg, geo, seed=train_cfg.seed, tokenizer=tokenizer)
     batch = collate([ds[(0, i)] for i in range(min(size, len(samples)))])
     batch.pop("skipped")
     return batch if "image" in batch else None
@@ -387,6 +392,7 @@ def probe(model: str, checkpoint: str | None, cfg: ProbeConfig, train_checkpoint
     if task is not None and tables and "regions" in tables:
         batch = held_out_batch(task, train_cfg, tables)
         if batch is not None:
+            batch = {k: v.to(cfg.device) if torch.is_tensor(v) else v for k, v in batch.items()}
             out["gradient_norms"] = term_gradient_norms(task, batch) | {"batch": len(batch["text"])}
     return {"model": model_id, "checkpoint": checkpoint, "checkpoint_sha256": sha, **out}
 

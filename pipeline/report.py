@@ -51,40 +51,66 @@ def collect(results: dict[str, list[dict]]) -> dict:
 
 
 def mcnemar(model: list[str], control: list[str]) -> dict:
-    """Exact McNemar test over paired cases pooled over seeds: ``model`` and ``control`` are per-seed strings
-    of '1'/'0'/'x' over the same cases (seed k paired with seed k; cases with a missing image skipped).
-    b: cases the model gets right and the control wrong; c: the reverse; p: two-sided binomial test of b
-    against b + c at 1/2."""
+    """Paired tests over the same cases; ``model`` and ``control`` are strings of '1'/'0'/'x' per seed over
+    the same cases, already paired by seed (cases with a missing image skipped).
+
+    - McNemar, cases pooled over seeds (the issue's test): b = (case, seed) pairs the model gets right and the
+      control wrong, c the reverse, p the two-sided exact binomial test of b against b + c at 1/2. A case
+      counts once per seed, so with several seeds its pairs are not independent and p is optimistic.
+    - The case-level sign test (the conservative one, what the report's marks use): per case, the number of
+      seeds each gets right; b_case / c_case = cases where the model / the control has more; exact binomial
+      test at 1/2. Equal to McNemar with one seed."""
     from scipy.stats import binomtest
 
-    b = c = n = 0
-    for m, k in zip(model, control):
-        if len(m) != len(k):
-            raise ValueError(f"paired case strings differ in length ({len(m)} vs {len(k)}): not the same cases")
-        for x, y in zip(m, k):
-            if "x" in (x, y):
-                continue
-            n += 1
-            b += x == "1" and y == "0"
-            c += x == "0" and y == "1"
+    if not model or len(model) != len(control):
+        raise ValueError(f"{len(model)} model run(s) against {len(control)} control run(s): pair them by seed")
+    lengths = {len(x) for x in model + control}
+    if len(lengths) != 1:
+        raise ValueError(f"paired case strings differ in length ({sorted(lengths)}): not the same cases")
+    b = c = n = bc = cc = cases = 0
+    for j in range(lengths.pop()):
+        col = [(m[j], k[j]) for m, k in zip(model, control) if "x" not in (m[j], k[j])]
+        if not col:
+            continue
+        cases += 1
+        n += len(col)
+        b += sum(x == "1" and y == "0" for x, y in col)
+        c += sum(x == "0" and y == "1" for x, y in col)
+        diff = sum(x == "1" for x, _ in col) - sum(y == "1" for _, y in col)
+        bc += diff > 0
+        cc += diff < 0
     p = binomtest(b, b + c, 0.5).pvalue if b + c else 1.0
-    return {"b": b, "c": c, "n": n, "pairs": min(len(model), len(control)), "p": float(p)}
+    p_case = binomtest(bc, bc + cc, 0.5).pvalue if bc + cc else 1.0
+    return {"b": b, "c": c, "n": n, "pairs": len(model), "p": float(p), "cases": cases, "b_case": bc,
+            "c_case": cc, "p_case": float(p_case)}
+
+
+def _seed(run: dict, index: int) -> int:
+    """A run's seed from its label (``name-s<seed>``, as the flow names runs), else its position."""
+    import re
+
+    m = re.search(r"-s(\d+)$", run.get("label", ""))
+    return int(m.group(1)) if m else index
 
 
 def paired_tests(results: dict[str, list[dict]], control: str) -> dict[str, dict[str, dict]]:
-    """{model: {row label: mcnemar(model, control)}} for every model but ``control`` and the base."""
+    """{model: {row label: mcnemar(model, control)}} for every model but ``control`` and the base, runs paired
+    by seed (seeds only one side has are left out)."""
     out: dict[str, dict[str, dict]] = {}
     if control not in results:
         return out
+    ctrl = {_seed(r, i): r for i, r in enumerate(results[control])}
     for label, runs in results.items():
         if label in (control, "base"):
             continue
+        pairs = [(r, ctrl[sd]) for sd, r in ((_seed(r, i), r) for i, r in enumerate(runs)) if sd in ctrl]
         rows = {}
         for bench, key, name in GROUPS:
-            m = [r["benchmarks"][bench].get("cases", {}).get(key) for r in runs if bench in r["benchmarks"]]
-            k = [r["benchmarks"][bench].get("cases", {}).get(key) for r in results[control]
-                 if bench in r["benchmarks"]]
-            if m and k and None not in m and None not in k:
+            m = [a["benchmarks"][bench].get("cases", {}).get(key) for a, b in pairs
+                 if bench in a["benchmarks"] and bench in b["benchmarks"]]
+            k = [b["benchmarks"][bench].get("cases", {}).get(key) for a, b in pairs
+                 if bench in a["benchmarks"] and bench in b["benchmarks"]]
+            if m and None not in m and None not in k:
                 rows[name] = mcnemar(m, k)
         out[label] = rows
     return out
@@ -115,6 +141,7 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
     table = collect(results)
     labels = list(table)
     tests = paired_tests(results, control)
+    others = [m for m in labels if m not in (control, "base")]
     names = [name for _, _, name in GROUPS if any(name in table[m] for m in labels)]
     seeds = {m: max((v[2] for v in table[m].values()), default=0) for m in labels}
     lines = [f"# {title}", "", note, "",
@@ -131,21 +158,33 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
             mean, sd, k, _ = table[m][name]
             t = tests.get(m, {}).get(name)
             mark = ""
-            if t is not None and t["p"] < alpha:
-                mark = " ▲" if t["b"] > t["c"] else " ▼"
+            ref = table.get(control, {}).get(name)
+            # marked when the case-level test is significant and its direction agrees with the cell's mean
+            # (a macro average can move the other way than the pooled cases)
+            if t is not None and ref is not None and t["p_case"] < alpha:
+                if t["b_case"] > t["c_case"] and mean > ref[0]:
+                    mark = " ▲"
+                elif t["b_case"] < t["c_case"] and mean < ref[0]:
+                    mark = " ▼"
             cells.append(f"{100 * mean:.1f}" + (f" ± {100 * sd:.1f}" if k > 1 else "") + mark)
         lines.append(f"| {name} | {n} | {100 * CHANCE[name]:.0f} | " + " | ".join(cells) + " |")
-    lines += ["", f"Accuracy in %; ± is the standard deviation over seeds. ▲/▼: better/worse than {control} in an "
-                  f"exact McNemar test over the same cases pooled over seeds (p < {alpha})."]
+    lines += ["", "Accuracy in %; ± is the standard deviation over seeds."]
+    if others and control in results:
+        lines[-1] += (f" ▲/▼: better/worse than {control} in a paired test over the same cases (p < {alpha}; the "
+                      "case-level sign test, seeds paired, and the direction of the cell's mean agrees).")
+    elif others:
+        lines[-1] += f" No paired tests: the control {control!r} was not evaluated."
     for m, rows in tests.items():
         if not rows:
             continue
-        lines += ["", f"### {m} vs {control}: paired McNemar (cases pooled over {max(r['pairs'] for r in rows.values())}"
-                      " seed pair(s))", "",
-                  f"| benchmark group | paired cases | {m} right, {control} wrong | {control} right, {m} wrong | p |",
-                  "|---|---:|---:|---:|---:|"]
+        k = max(r["pairs"] for r in rows.values())
+        lines += ["", f"### {m} vs {control}: paired tests over {k} seed pair(s)", "",
+                  f"| benchmark group | cases | pooled pairs | {m} right, {control} wrong | {control} right, {m} "
+                  f"wrong | McNemar p (pooled) | cases {m} > / < {control} | sign-test p (cases) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for name, r in rows.items():
-            lines.append(f"| {name} | {r['n']} | {r['b']} | {r['c']} | {r['p']:.3g}{' *' if r['p'] < alpha else ''} |")
+            lines.append(f"| {name} | {r['cases']} | {r['n']} | {r['b']} | {r['c']} | {r['p']:.3g} | "
+                         f"{r['b_case']} / {r['c_case']} | {r['p_case']:.3g}{' *' if r['p_case'] < alpha else ''} |")
     lines += _probe_section(results)
     md = out_dir / "results.md"
     md.write_text("\n".join(lines) + "\n")

@@ -70,7 +70,7 @@ def test_full_flow_then_everything_cached_then_changes_rerun_exactly_their_stage
     assert (Path(out["report"]["markdown"])).exists() and Path(out["report"]["png"]).exists()
     assert set(states["train"]) == {"Completed"} and len(states["train"]) == 4  # 2 base stages, 2 fine-tunes
     md = Path(out["report"]["markdown"]).read_text()
-    assert "### macco vs clip-ft: paired McNemar" in md and "## Probes" in md and "recon: relation words" in md
+    assert "### macco vs clip-ft: paired tests" in md and "## Probes" in md and "recon: relation words" in md
     ev = json.loads(Path(out["evaluate"]["macco"][0]["results"]).read_text())
     assert ev["probes"]["reconstruction"]["relation_n"] > 0 and "cases" in ev["benchmarks"]["whatsup"]
     assert states["parse-shard"] and states["ground-shard"]

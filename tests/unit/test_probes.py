@@ -130,10 +130,30 @@ def test_mcnemar_counts_and_exact_p():
 
     r = mcnemar(["1111100000x"], ["0000000000x"])
     assert (r["b"], r["c"], r["n"]) == (5, 0, 10) and r["p"] == pytest.approx(2 * 0.5 ** 5)
-    r = mcnemar(["10", "01"], ["01", "10"])  # pooled over two seed pairs: 2 each way
-    assert (r["b"], r["c"], r["n"]) == (2, 2, 4) and r["p"] == 1.0
+    assert (r["b_case"], r["c_case"], r["cases"]) == (5, 0, 10) and r["p_case"] == r["p"]  # one seed: the same
+    # two seed pairs: pooled, case 0 counts twice for the model; per case, each side wins one case
+    r = mcnemar(["10", "11"], ["00", "01"])
+    assert (r["b"], r["c"], r["n"]) == (2, 0, 4) and (r["b_case"], r["c_case"], r["cases"]) == (1, 0, 2)
+    r = mcnemar(["10", "01"], ["01", "10"])  # pooled: 2 each way; per case: ties
+    assert (r["b"], r["c"]) == (2, 2) and r["p"] == 1.0 and (r["b_case"], r["c_case"]) == (0, 0)
     with pytest.raises(ValueError, match="not the same cases"):
         mcnemar(["101"], ["10"])
+    with pytest.raises(ValueError, match="pair them by seed"):
+        mcnemar(["1", "0"], ["1"])
+
+
+def test_paired_tests_pair_runs_by_seed():
+    from pipeline.report import paired_tests
+
+    def res(label, bits):
+        return {"label": label, "benchmarks": {"whatsup": {"subsets": {}, "groups": {},
+                                                           "cases": {"whatsup_macro": bits}}}}
+
+    # the model's runs come in another order and include a seed the control lacks
+    t = paired_tests({"clip-ft": [res("clip-ft-s0", "000"), res("clip-ft-s1", "111")],
+                      "macco": [res("macco-s1", "111"), res("macco-s2", "000"), res("macco-s0", "110")]}, "clip-ft")
+    r = t["macco"]["What's Up controlled"]
+    assert r["pairs"] == 2 and (r["b"], r["c"]) == (2, 0)
 
 
 def test_report_marks_significant_cells_and_writes_the_probe_table(tmp_path):
@@ -149,8 +169,12 @@ def test_report_marks_significant_cells_and_writes_the_probe_table(tmp_path):
     rep = write_report({"clip-ft": [res(control)], "macco": [res(better)]}, tmp_path, "t")
     md = (tmp_path / "results.md").read_text()
     assert "| What's Up controlled | 40 | 25 | 0.0 | 75.0 ▲ |" in md  # n: the cases the group pools
-    assert "| What's Up controlled | 40 | 30 | 0 | 1.86e-09 * |" in md
+    assert "| What's Up controlled | 40 | 40 | 30 | 0 | 1.86e-09 | 30 / 0 | 1.86e-09 * |" in md
     assert "| image: position R² x (global) | 0 | 0.70 | 0.70 |" in md
+    # no control evaluated: said, and nothing marked
+    write_report({"macco": [res(better)]}, tmp_path / "nc", "t")
+    md = (tmp_path / "nc" / "results.md").read_text()
+    assert "No paired tests: the control 'clip-ft' was not evaluated." in md and "▲" not in md
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["paired_tests"]["models"]["macco"]["What's Up controlled"]["b"] == 30
     assert rep["png"].endswith("results.png")
