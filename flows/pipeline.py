@@ -233,11 +233,15 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     evals: dict[str, list[dict]] = {}
     eval_code = _version("model.benchmarks", "model.benchmarks.scoring", "model.benchmarks.aro",
                          "model.benchmarks.sugarcrepe", "model.benchmarks.vlchecklist", "model.benchmarks.valse",
-                         "model.benchmarks.whatsup", "model.benchmarks.winoground", "model.probes")
+                         "model.benchmarks.whatsup", "model.benchmarks.winoground", "model.benchmarks.zeroshot",
+                         "model")
+    # the probes read the world and the tables, and rebuild a run's training task from its checkpoint
+    probe_key = (sorted(probe_cfg["tables"]), table_hashes, root_hash, _version("model.probes"), model_code) \
+        if probe_cfg else None
     for label in models:
         for run in runs[label]:
             k = key_of("evaluate", run["content_hash"], {**ecfg["settings"], "roots": sorted(roots)}, roots_hash,
-                       eval_code, (sorted(probe_cfg["tables"]), table_hashes) if probe_cfg else None)
+                       eval_code, probe_key)
             evals.setdefault(label, []).append(
                 r.call("evaluate", evaluate_task, r.dir("evaluate", k), k, label=run["name"], run=run,
                        eval_cfg=eval_cfg, probe_cfg=probe_cfg))
