@@ -189,8 +189,10 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
             s["pretrained"] = init["export_pt"]
         elif tcfg["pretrained"]:
             s["pretrained"] = tcfg["pretrained"]
+        # root_hash: the data root's content (the world's scene truth, which mode scene reads, and its images)
         k = key_of("train", {a: b for a, b in s.items() if a not in ("tables", "image_root", "pretrained")},
-                   table_hashes, init["content_hash"] if init else s.get("pretrained"), model_code)
+                   table_hashes, init["content_hash"] if init else s.get("pretrained"), model_code, root_hash,
+                   file_sha256(s["scenes"]) if s.get("scenes") else None)
         return s, k
 
     runs: dict[str, list[dict]] = {}

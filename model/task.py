@@ -16,7 +16,8 @@ from torch import nn
 
 from .losses import (LossWeights, contrast_loss, intra_modal_loss, masked_patch_mse, per_sample_mean, total_loss,
                      vocab_nll)
-from .masked import encode_image_pair, encode_image_tokens, encode_text_pair, encode_text_tokens
+from .masked import (encode_image_pair, encode_image_tokens, encode_text_pair, encode_text_tokens,
+                     supports_trimmed_text)
 from .predictors import ImagePredictor, TextPredictor, query_slots
 
 MODES = ("macco", "clip-ft", "text-only", "image-only")
@@ -133,7 +134,8 @@ class MaccoTask(nn.Module):
             # without an image predictor (which attends to every position, padding included, as the
             # reference) only the EOT is read: under the causal mask the positions after the batch's last EOT
             # change nothing, so the text runs trimmed to them (the same features)
-            t_tok, t_glob = encode_text_tokens(clip, texts if cfg.masks_image else texts[:, :text_len])
+            trim = not cfg.masks_image and supports_trimmed_text(clip)
+            t_tok, t_glob = encode_text_tokens(clip, texts[:, :text_len] if trim else texts)
         if cfg.masks_image:
             (i_glob, i_tok), (im_glob, im_tok) = encode_image_pair(clip.visual, images, image_mask,
                                                                    self.img_mask_token, image_slots and image_slots[0])
