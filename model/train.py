@@ -232,9 +232,8 @@ def build_task(cfg: TrainConfig, vocab=None):
     large = arch.split("-quickgelu")[0] in ("ViT-B-16", "ViT-L-14")
     task = MaccoTask(clip, mc, large_backbone=large)
     if cfg.lock_image:
-        if mc.masks_image:
-            raise ValueError(f"mode {cfg.mode!r} masks images (the image predictor trains the image tower's "
-                             "reconstruction): lock_image needs a mode without image masking")
+        # any mode: the pixel term never reaches the image tower (its masked-image query is detached), so a
+        # locked tower only stops the contrastive and MIR gradients into it
         for p in clip.visual.parameters():
             p.requires_grad_(False)
     return task

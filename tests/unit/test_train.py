@@ -231,8 +231,8 @@ def test_base_chain_scene_then_locked_image_text_tower(world, world_tables, tmp_
     assert not all(torch.equal(sd["seed"][k], sd["scene"][k]) for k in vis)
     assert all(torch.equal(sd["scene"][k], sd["lit"][k]) for k in vis)
     assert not all(torch.equal(sd["scene"][k], sd["lit"][k]) for k in txt)
-    with pytest.raises(ValueError, match="lock_image needs a mode without image masking"):
-        train(cfg_for(world, world_tables, tmp_path / "bad", max_steps=1, mode="macco", lock_image=True))
+    with pytest.raises(ValueError, match="mode 'scene' trains the image tower"):
+        train(cfg_for(world, world_tables, tmp_path / "bad", max_steps=1, mode="scene", lock_image=True))
 
 
 def test_probe_runs_on_a_trained_macco_run_with_its_text_predictor(world, world_tables, tmp_path):
