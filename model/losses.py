@@ -164,7 +164,12 @@ def masked_patch_mse(pred_rows: torch.Tensor, images: torch.Tensor, mask: torch.
     return per_sample_mean(err, b, mask.shape[0])
 
 
+def term_weights(w: LossWeights) -> dict[str, float]:
+    """The weight of each named loss term (the keys ``MaccoTask.forward`` returns)."""
+    return {"contrast_loss": w.contrast, "intra_modal_contrast_loss": w.intra_modal,
+            "mask_loss_text": w.mask_text, "mask_loss_image": w.mask_image}
+
+
 def total_loss(terms: dict[str, torch.Tensor], w: LossWeights) -> torch.Tensor:
-    weights = {"contrast_loss": w.contrast, "intra_modal_contrast_loss": w.intra_modal,
-               "mask_loss_text": w.mask_text, "mask_loss_image": w.mask_image}
+    weights = term_weights(w)
     return sum(weights[k] * v for k, v in terms.items() if k in weights)

@@ -306,9 +306,8 @@ def held_out_mask_rows(tables: dict[str, str | Path], splits=HELD_OUT) -> list[d
 def load_training_task(train_checkpoint: str | Path, device: str = "cpu"):
     """(training task of a run's checkpoint: CLIP + predictors + mask tokens, its TrainConfig), or (None, cfg)
     for a run that is not a MaccoTask (mode scene)."""
-    from .train import build_task, load_config
-
     from . import resolve_arch
+    from .train import build_task, load_config
 
     ck = torch.load(train_checkpoint, map_location="cpu", weights_only=True)
     cfg = load_config(None, [], **ck["config"])
@@ -325,11 +324,9 @@ def load_training_task(train_checkpoint: str | Path, device: str = "cpu"):
 def term_gradient_norms(task, batch: dict) -> dict[str, dict[str, float]]:
     """For one batch: the L2 norm of each *weighted* loss term's gradient over the text tower's and over the
     image tower's parameters (which term drives each tower; the logit scale is left out)."""
-    from .losses import LossWeights
+    from .losses import term_weights
 
-    w: LossWeights = task.cfg.weights
-    weights = {"contrast_loss": w.contrast, "intra_modal_contrast_loss": w.intra_modal,
-               "mask_loss_text": w.mask_text, "mask_loss_image": w.mask_image}
+    weights = term_weights(task.cfg.weights)
     towers = {"text": [], "image": []}
     for name, p in task.clip.named_parameters():
         if p.requires_grad and name != "logit_scale":
