@@ -267,7 +267,7 @@ def train_task(name: str, settings: dict, out: str, key: str, nproc: int = 1) ->
     exp = summary["export"]
     return write_stage(out, {"stage": "train", "name": name, "key": key, "dir": str(out), "export_dir": exp["dir"],
                              "export_pt": exp["pt"], "content_hash": exp["sha256"], "arch": settings["arch"],
-                             "checkpoint": summary["checkpoint"], "mode": settings.get("mode", "macco"),
+                             "checkpoint": summary["checkpoint"],
                              "files": [exp["pt"], str(Path(exp["dir"]) / "open_clip_model.safetensors")],
                              "last": last})
 

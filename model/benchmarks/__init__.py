@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..export import file_sha256 as sha256_file
-from .scoring import Case, Encoder, score_cases, tally
+from .scoring import Case, Encoder, group_accuracy, score_cases, tally
 
 BENCHMARKS = ("aro-vgr", "aro-vga", "coco-order", "flickr-order", "sugarcrepe", "vl-checklist", "valse",
               "whatsup", "winoground", "zeroshot")
@@ -119,14 +119,17 @@ def run_benchmark(enc: Encoder, name: str, root: str | Path, cfg: EvalConfig) ->
             "cases": paired_cases(name, cases, scores, cfg)}
 
 
-def case_groups(name: str, case: Case, cfg: EvalConfig, vga_counts: dict[str, int] | None = None) -> list[str]:
-    """The report groups (keys of ``groups``) whose score pools ``case``: the cases a paired test compares."""
-    from . import aro, sugarcrepe, whatsup
+def case_groups(name: str, case: Case, cfg: EvalConfig, excluded: set[str] = frozenset(),
+                group_counts: dict[str, int] | None = None) -> list[str]:
+    """The report groups (keys of ``groups``) whose score pools ``case``: the cases a paired test compares.
+    ``excluded``: ARO VG-R's excluded relations; ``group_counts``: cases with an image per group (VG-A keeps
+    groups of at least ``vga_min_count``)."""
+    from . import sugarcrepe, whatsup
 
     if name == "aro-vgr":
-        return [] if case.group in aro.excluded_relations(cfg.aro_exclusion) else ["macro"]
+        return [] if case.group in excluded else ["macro"]
     if name == "aro-vga":
-        return ["macro"] if (vga_counts or {}).get(case.group, 0) >= cfg.vga_min_count else []
+        return ["macro"] if (group_counts or {}).get(case.group, 0) >= cfg.vga_min_count else []
     if name in ("coco-order", "flickr-order"):
         return ["precision_at_1"]
     if name == "sugarcrepe":
@@ -144,14 +147,14 @@ def case_groups(name: str, case: Case, cfg: EvalConfig, vga_counts: dict[str, in
 def paired_cases(name: str, cases, scores, cfg: EvalConfig) -> dict[str, str]:
     """{report group: one character per case it pools, in the benchmark's case order}: '1' right, '0' wrong,
     'x' image missing. Two models' strings over the same files line up case by case (McNemar's test)."""
-    vga_counts: dict[str, int] = {}
-    for c, s in zip(cases, scores):
-        if s is not None:
-            vga_counts[c.group] = vga_counts.get(c.group, 0) + 1
+    from . import aro
+
+    excluded = aro.excluded_relations(cfg.aro_exclusion) if name == "aro-vgr" else set()
+    counts = {g: n for g, (_, n) in group_accuracy(cases, scores).items()} if name == "aro-vga" else None
     out: dict[str, list[str]] = {}
     for c, s in zip(cases, scores):
         bit = "x" if s is None else ("1" if int(np.argmax(s)) == c.true_index else "0")
-        for g in case_groups(name, c, cfg, vga_counts):
+        for g in case_groups(name, c, cfg, excluded, counts):
             out.setdefault(g, []).append(bit)
     return {g: "".join(v) for g, v in out.items()}
 
