@@ -7,6 +7,7 @@ hand-made logits with known answers.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
@@ -140,7 +141,18 @@ def ground_in_batches(items: Sequence[GroundItem], cfg: GroundingConfig,
     return results
 
 
+_LOAD_LOCK = threading.Lock()
+
+
 def make_grounder(cfg: GroundingConfig, instances: dict | None = None) -> Grounder:
+    """The configured backend. Model loading is serialised: the flow maps shards over threads, and
+    transformers' loader builds the model on the meta device through process-wide state (two threads loading
+    at once leave meta tensors behind)."""
+    with _LOAD_LOCK:
+        return _make_grounder(cfg, instances)
+
+
+def _make_grounder(cfg: GroundingConfig, instances: dict | None) -> Grounder:
     if cfg.backend == "annotations":
         from .annotations import AnnotationsGrounder
 
