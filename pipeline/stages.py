@@ -72,23 +72,66 @@ def _load_rows(path: Path, table: str, columns: list[str] | None = None) -> list
 # ---- captions --------------------------------------------------------------------------------------------
 @dataclass
 class CaptionsConfig:
-    root: str  # COCO-layout root: annotations/captions_<split>2014.json + <split>2014/
-    splits: tuple[str, ...] = ("train", "val", "test")
-    karpathy: str | None = None  # optional dataset_coco.json; then caption ids/splits come from it
+    source: str = "coco"  # coco | csv | folder | webdataset (pipeline.sources)
+    root: str | None = None  # coco: COCO-layout root (annotations/captions_<split>2014.json + <split>2014/)
+    splits: tuple[str, ...] = ("train", "val", "test")  # coco: which captions files
+    karpathy: str | None = None  # coco: optional dataset_coco.json; then caption ids/splits come from it
     karpathy_splits: tuple[str, ...] = ("train", "restval", "val", "test")
+    path: str | list[str] | None = None  # csv / folder: the file; webdataset: shard paths or brace patterns
+    image_root: str | None = None  # csv / folder: the images' folder (default: the file's folder)
+    split: str = "train"  # csv / folder / webdataset: the split of every row (csv: unless csv_split_key)
+    csv_img_key: str = "filepath"  # open_clip's --csv-img-key
+    csv_caption_key: str = "title"  # open_clip's --csv-caption-key
+    csv_separator: str = "\t"  # open_clip's --csv-separator
+    csv_split_key: str | None = None  # a column holding each row's split
+
+    def __post_init__(self):
+        from pipeline.sources import SOURCES
+
+        if self.source not in SOURCES:
+            raise ValueError(f"data.source: {self.source!r} is not one of {list(SOURCES)}")
+        needs = "root" if self.source == "coco" else "path"
+        if getattr(self, needs) is None:
+            raise ValueError(f"data.source {self.source!r} needs data.{needs}")
+        self.splits, self.karpathy_splits = tuple(self.splits), tuple(self.karpathy_splits)
+        if self.csv_separator in ("\\t", "tab"):  # as typed in a shell or an unquoted YAML value
+            self.csv_separator = "\t"
 
 
-def captions_stage(cfg: CaptionsConfig, out: Path) -> dict[str, dict]:
-    """Read COCO (or the world) into ``out/captions`` + ``out/errors``."""
+def captions_image_root(cfg: CaptionsConfig, out: Path) -> str:
+    """The folder the captions table's ``file_name`` values are relative to (what ground and train read)."""
+    if cfg.source == "coco":
+        return str(Path(cfg.root).resolve())
+    if cfg.source == "webdataset":
+        return str((Path(out) / "images").resolve())
+    return str(Path(cfg.image_root or Path(cfg.path).parent).resolve())
+
+
+def read_source(cfg: CaptionsConfig, out: Path):
+    """The configured source as a ``CaptionRead`` (webdataset images extracted under ``out/images``)."""
+    from pipeline import sources
     from pipeline.captions import read_coco_root, read_karpathy
 
+    if cfg.source == "csv":
+        return sources.read_csv_source(cfg.path, img_key=cfg.csv_img_key, caption_key=cfg.csv_caption_key,
+                                       separator=cfg.csv_separator, image_root=cfg.image_root, split=cfg.split,
+                                       split_key=cfg.csv_split_key)
+    if cfg.source == "folder":
+        return sources.read_folder_source(cfg.path, image_root=cfg.image_root, split=cfg.split)
+    if cfg.source == "webdataset":
+        return sources.read_webdataset_source(cfg.path, Path(out) / "images", split=cfg.split)
     if cfg.karpathy:
         base = read_coco_root(cfg.root, cfg.splits)
         sizes = {r["image_id"]: (r["width"], r["height"]) for r in base.rows}
-        read = read_karpathy(Path(cfg.karpathy), splits=cfg.karpathy_splits, sizes=sizes, image_root=cfg.root)
-    else:
-        read = read_coco_root(cfg.root, cfg.splits)
-    conf, ver = asdict(cfg), code_version("pipeline.captions", "pipeline.stages")
+        return read_karpathy(Path(cfg.karpathy), splits=cfg.karpathy_splits, sizes=sizes, image_root=cfg.root)
+    return read_coco_root(cfg.root, cfg.splits)
+
+
+def captions_stage(cfg: CaptionsConfig, out: Path) -> dict[str, dict]:
+    """Read the source (COCO, the world, CSV/TSV, image folder, webdataset) into ``out/captions`` +
+    ``out/errors``."""
+    read = read_source(cfg, out)
+    conf, ver = asdict(cfg), code_version("pipeline.captions", "pipeline.sources", "pipeline.stages")
     return {
         "captions": write_table(TABLES["captions"], out / "captions", TABLES["captions"].from_rows(read.rows),
                                 config=conf, code_version=ver, extra={"summary": read.summary()}),

@@ -1,7 +1,16 @@
 from pathlib import Path
 
+import pytest
+
 DATA = Path(__file__).parent / "data"
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def needs_shared(*paths: str):
+    """Skip unless every path exists under ``SHARED`` (the reference files beside the repo, absent in a bare
+    clone); where they exist the test runs."""
+    missing = [p for p in paths if not (SHARED / p).exists()]
+    return pytest.mark.skipif(bool(missing), reason=f"needs {SHARED / (missing or [''])[0]} (not in a bare clone)")
 
 WORDS = ("a an the of on in to and red green blue yellow purple orange white black small large big little "
          "circle square triangle diamond cross hexagon man horse dog cat brown").split()
@@ -122,3 +131,46 @@ def build_tiny_groundingdino_py(path: Path) -> dict:
     ckpt = path / "tiny_gdino.pth"
     torch.save({"model": model.state_dict()}, ckpt)
     return {"checkpoint": str(ckpt), "config_file": str(cfg_file), "bert_dir": str(bert)}
+
+
+def write_shard(path: Path, samples: list[dict]) -> Path:
+    """A webdataset tar shard: per sample {key}.<ext> members (bytes or str)."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for s in samples:
+            for ext, value in s.items():
+                if ext == "__key__":
+                    continue
+                data = value.encode() if isinstance(value, str) else value
+                info = tarfile.TarInfo(f"{s['__key__']}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+
+# ---- the flow under a Prefect test harness (tests/e2e) -------------------------------------------------
+def task_states(flow_run_id) -> dict[str, list[str]]:
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as c:
+        runs = c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])), limit=200)
+    out: dict[str, list[str]] = {}
+    for r in runs:
+        group = next((g for g in ("parse-shard", "ground-shard", "train", "evaluate") if r.name.startswith(g)), r.name)
+        out.setdefault(group, []).append(r.state.name)
+    return out
+
+
+def run_flow_states(config: Path, **kw):
+    """Run the flow (it must complete); returns its result and the task states by stage."""
+    from flows.pipeline import macco_pipeline
+
+    state = macco_pipeline(config=str(config), return_state=True, **kw)
+    assert state.is_completed(), state
+    return state.result(), task_states(state.state_details.flow_run_id)
+
+

@@ -15,21 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests_support import DATA
+from tests_support import DATA, run_flow_states as run
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory):
-    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    storage = tmp_path_factory.mktemp("prefect-results")
-    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: str(storage)}):
-        with prefect_test_harness(server_startup_timeout=120):
-            yield
 
 
 def tiny_config(tmp_path: Path, **over) -> Path:
@@ -41,27 +30,6 @@ def tiny_config(tmp_path: Path, **over) -> Path:
     p = tmp_path / "tiny.yaml"
     p.write_text(yaml.safe_dump(cfg))
     return p
-
-
-def task_states(flow_run_id) -> dict[str, list[str]]:
-    from prefect import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    with get_client(sync_client=True) as c:
-        runs = c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])), limit=200)
-    out: dict[str, list[str]] = {}
-    for r in runs:
-        group = next((g for g in ("parse-shard", "ground-shard", "train", "evaluate") if r.name.startswith(g)), r.name)
-        out.setdefault(group, []).append(r.state.name)
-    return out
-
-
-def run(config: Path, **kw):
-    from flows.pipeline import macco_pipeline
-
-    state = macco_pipeline(config=str(config), return_state=True, **kw)
-    assert state.is_completed(), state
-    return state.result(), task_states(state.state_details.flow_run_id)
 
 
 def test_full_flow_then_everything_cached_then_changes_rerun_exactly_their_stages(harness, tmp_path):

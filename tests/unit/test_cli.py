@@ -5,7 +5,8 @@ import pytest
 
 from macco.cli import build_parser, main
 
-VERBS = ["world", "parse", "ground", "masks", "validate", "train", "eval", "probe", "run", "inspect", "show-masks"]
+VERBS = ["world", "parse", "ground", "masks", "validate", "train", "eval", "probe", "run", "inspect", "show-masks",
+         "sql", "report", "captions"]
 
 
 @pytest.mark.parametrize("verb", VERBS)

@@ -1,0 +1,215 @@
+"""Image-text sources beyond COCO, each read into the same ``captions`` rows as ``pipeline.captions``.
+
+- ``csv``: open_clip's CSV/TSV (``--csv-img-key filepath --csv-caption-key title``, tab-separated by default);
+  image paths relative to ``image_root`` (default: the file's folder) or absolute.
+- ``folder``: an image folder plus a captions JSONL of ``{"file_name", "caption"[, "id", "split"]}``.
+- ``webdataset``: tar shards (local paths or brace patterns, ``img2dataset`` layout: ``{key}.jpg`` +
+  ``{key}.txt``/``{key}.json``), read with the ``webdataset`` library; every image is extracted once into a
+  content-addressed store (``<store>/<sha[:2]>/<sha>.<ext>``) that the grounding and training stages read.
+
+Every reader takes the image size from the image itself (never from the input file), gives each image a stable
+``image_id`` (from its path under the image root; in the store the path is the content hash) and turns bad items
+(missing or unreadable image, empty caption, a sample without image or caption) into ``errors`` rows.
+Malformed files (bad JSON, a missing column) raise ``InputFileError`` naming the file, line and value.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from data_schemas.errors import error_row
+from pipeline.captions import STAGE, CaptionRead, InputFileError
+
+SOURCES = ("coco", "csv", "folder", "webdataset")
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
+
+
+def image_id_of(file_name: str) -> int:
+    """A stable 60-bit id for an image from its path under the image root."""
+    return int(hashlib.sha256(file_name.encode()).hexdigest()[:15], 16)
+
+
+class _Images:
+    """Image sizes read from the files once each (header only); failures are remembered as error messages."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.sizes: dict[str, tuple[int, int] | str] = {}
+
+    def size(self, file_name: str) -> tuple[int, int] | str:
+        if file_name not in self.sizes:
+            from PIL import Image, UnidentifiedImageError
+
+            path = self.root / file_name
+            if not path.is_file():
+                self.sizes[file_name] = f"{path}: image file not found"
+            else:
+                try:
+                    with Image.open(path) as im:
+                        self.sizes[file_name] = im.size
+                except (OSError, UnidentifiedImageError, ValueError) as exc:
+                    self.sizes[file_name] = f"{path}: unreadable image ({exc})"
+        return self.sizes[file_name]
+
+
+def _add(out: CaptionRead, images: _Images, caption_id: int, file_name: str, caption, split: str,
+         where: str) -> None:
+    """One caption row, or the error row that says why not."""
+    if caption is None or not str(caption).strip():
+        out.errors.append(error_row(STAGE, caption_id, "empty_caption", f"{where}: empty caption"))
+        return
+    size = images.size(file_name)
+    if isinstance(size, str):
+        reason = "missing_image" if size.endswith("image file not found") else "unreadable_image"
+        out.errors.append(error_row(STAGE, caption_id, reason, f"{where}: {size}"))
+        return
+    out.rows.append({"caption_id": caption_id, "image_id": image_id_of(file_name), "file_name": file_name,
+                     "width": int(size[0]), "height": int(size[1]), "caption": str(caption).strip(),
+                     "split": split})
+
+
+def _relative(path_value: str, root: Path) -> str:
+    """An image path as stored in the table: relative to the image root (absolute paths under it too)."""
+    p = Path(path_value)
+    if p.is_absolute():
+        try:
+            return p.relative_to(root).as_posix()
+        except ValueError:
+            return p.as_posix()  # outside the root: kept absolute (root / absolute == absolute)
+    return p.as_posix()
+
+
+def read_csv_source(path: str | Path, *, img_key: str = "filepath", caption_key: str = "title",
+                    separator: str = "\t", image_root: str | Path | None = None, split: str = "train",
+                    split_key: str | None = None) -> CaptionRead:
+    """open_clip's CSV/TSV: one caption per data row; ``caption_id`` is the data row's index (0-based)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: file not found")
+    root = Path(image_root) if image_root else path.parent
+    images, out = _Images(root), CaptionRead()
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f, delimiter=separator)
+        header = reader.fieldnames or []
+        for key in (img_key, caption_key, *([split_key] if split_key else [])):
+            if key not in header:
+                raise InputFileError(f"{path}: line 1: no column {key!r} (columns: {header}; separator "
+                                     f"{separator!r})")
+        for i, rec in enumerate(reader):
+            where = f"{path}: line {reader.line_num}"
+            if None in rec:  # more fields than the header
+                raise InputFileError(f"{where}: {len(header) + len(rec[None])} fields, the header has "
+                                     f"{len(header)}: {rec[None]!r}")
+            file_value = rec[img_key]
+            if not file_value:
+                out.errors.append(error_row(STAGE, i, "missing_image", f"{where}: empty {img_key!r}"))
+                continue
+            _add(out, images, i, _relative(file_value, root), rec[caption_key],
+                 rec[split_key] if split_key else split, where)
+    return out
+
+
+def read_folder_source(captions_jsonl: str | Path, *, image_root: str | Path | None = None,
+                       split: str = "train") -> CaptionRead:
+    """An image folder + a JSONL of ``{"file_name", "caption"[, "id", "split"]}`` (``id`` default: line - 1)."""
+    path = Path(captions_jsonl)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: file not found")
+    root = Path(image_root) if image_root else path.parent
+    images, out = _Images(root), CaptionRead()
+    seen: dict[int, int] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}: line {n}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputFileError(f"{where}: not valid JSON ({exc.msg}): {line[:80]!r}") from exc
+        if not isinstance(rec, dict):
+            raise InputFileError(f"{where}: a JSON object expected, got {line[:80]!r}")
+        for k in ("file_name", "caption"):
+            if k not in rec:
+                raise InputFileError(f"{where}: missing field {k!r} (fields: {sorted(rec)})")
+        cid = rec.get("id", n - 1)
+        if not isinstance(cid, int) or isinstance(cid, bool):
+            raise InputFileError(f"{where}: field 'id' must be an integer, got {cid!r}")
+        if cid in seen:
+            raise InputFileError(f"{where}: id {cid} already used on line {seen[cid]}")
+        seen[cid] = n
+        _add(out, images, cid, _relative(str(rec["file_name"]), root), rec["caption"], rec.get("split", split),
+             where)
+    return out
+
+
+def expand_shards(patterns: str | list[str]) -> list[str]:
+    """Tar shard paths from paths and brace patterns (``shards/{00000..00009}.tar``), in the given order."""
+    from braceexpand import braceexpand
+
+    out: list[str] = []
+    for p in [patterns] if isinstance(patterns, str) else list(patterns):
+        out += list(braceexpand(str(p)))
+    missing = [p for p in out if not Path(p).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{missing[0]}: webdataset shard not found"
+                                + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    return out
+
+
+def _caption_of(sample: dict) -> str | None:
+    if "txt" in sample:
+        return sample["txt"].decode("utf-8", errors="replace")
+    if "json" in sample:
+        meta = json.loads(sample["json"])
+        if isinstance(meta, dict):
+            return meta.get("caption")
+    return None
+
+
+def read_webdataset_source(patterns: str | list[str], store: str | Path, *, split: str = "train") -> CaptionRead:
+    """Tar shards -> captions rows; images land once in ``store`` (content-addressed, written atomically).
+
+    ``caption_id`` is the sample's index over the shards in order. A shard that cannot be read, a sample
+    without an image or a caption, and an image that does not decode are error rows naming shard and key.
+    """
+    import webdataset as wds
+
+    store = Path(store)
+    shards = expand_shards(patterns)
+    out = CaptionRead()
+    failures: list[str] = []
+
+    def record(exc: Exception) -> bool:  # the library's handler: keep going, remember what failed
+        failures.append(f"{type(exc).__name__}: {exc}")
+        return True
+
+    dataset = wds.WebDataset(shards, shardshuffle=False, handler=record, empty_check=False,
+                             nodesplitter=lambda urls: urls, workersplitter=lambda urls: urls)
+    images = _Images(store)
+    for i, sample in enumerate(dataset):
+        where = f"{sample.get('__url__', '?')}: sample {sample.get('__key__', '?')}"
+        ext = next((e for e in IMAGE_EXTS if e in sample), None)
+        if ext is None:
+            out.errors.append(error_row(STAGE, i, "missing_image", f"{where}: no image ({'/'.join(IMAGE_EXTS)})"))
+            continue
+        try:
+            caption = _caption_of(sample)
+        except json.JSONDecodeError as exc:
+            out.errors.append(error_row(STAGE, i, "bad_metadata", f"{where}: .json is not valid JSON ({exc.msg})"))
+            continue
+        data = sample[ext]
+        sha = hashlib.sha256(data).hexdigest()
+        file_name = f"{sha[:2]}/{sha}.{ext}"
+        target = store / file_name
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+        _add(out, images, i, file_name, caption, split, where)
+    for k, msg in enumerate(failures):
+        out.errors.append(error_row(STAGE, f"shard-error:{k}", "unreadable_shard", msg))
+    return out
