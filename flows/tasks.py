@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -89,17 +90,21 @@ def world_task(cfg: dict, out: str, key: str) -> dict:
 
 # ---- captions ---------------------------------------------------------------------------------------------
 @cached_task(name="captions", task_run_name="captions")
-def captions_task(root: str, data: dict, out: str, key: str) -> dict:
-    from pipeline.stages import CaptionsConfig, captions_stage
+def captions_task(data: dict, out: str, key: str) -> dict:
+    """The captions table of ``data`` (the config's data section); the manifest's ``root`` is the image root."""
+    from pipeline.stages import CaptionsConfig, captions_image_root, captions_stage
 
     out = Path(out)
     if stage_done(out):
         return read_stage(out)
     out.mkdir(parents=True, exist_ok=True)
-    m = captions_stage(CaptionsConfig(root=root, splits=tuple(data["splits"]), karpathy=data.get("karpathy")), out)
-    get_run_logger().info("captions: %d rows, %d errors", m["captions"]["rows"], m["errors"]["rows"])
-    return write_stage(out, {"stage": "captions", "key": key, "dir": str(out), "root": root,
-                             "tables": tables_of(m, out), "content_hash": m["captions"]["content_hash"],
+    cfg = CaptionsConfig(**data)
+    m = captions_stage(cfg, out)
+    get_run_logger().info("captions (%s): %d rows, %d errors %s", cfg.source, m["captions"]["rows"],
+                          m["errors"]["rows"], m["captions"].get("summary", {}).get("error_reasons", {}))
+    return write_stage(out, {"stage": "captions", "key": key, "dir": str(out), "source": cfg.source,
+                             "root": captions_image_root(cfg, out), "tables": tables_of(m, out),
+                             "content_hash": m["captions"]["content_hash"],
                              "summary": m["captions"].get("summary", {})})
 
 
@@ -143,8 +148,12 @@ def _ground_inputs(captions: dict, parse: dict, cfg: dict):
     caps = _captions(captions)
     sg = read_table(TABLES["scene_graphs"], parse["tables"]["scene_graphs"]["dir"]).to_pylist()
     gcfg = GroundingConfig(**{k: v for k, v in cfg.items() if k != "shard_size"})
-    instances = read_instances(captions["root"], sorted({c["split"] for c in caps})) \
-        if gcfg.backend == "annotations" else None
+    instances = None
+    if gcfg.backend == "annotations":
+        if captions.get("source", "coco") != "coco":
+            raise ValueError(f"ground.backend 'annotations' reads COCO instances files: it works with data.source "
+                             f"coco only (this run: {captions['source']!r}); use backend groundingdino or hf")
+        instances = read_instances(captions["root"], sorted({c["split"] for c in caps}))
     return caps, sg, gcfg, instances
 
 
@@ -234,6 +243,27 @@ def train_fields() -> set[str]:
     return {f.name for f in fields(TrainConfig)}
 
 
+def _train_progress(name: str, logger):
+    """The training's log rows as flow log lines and a Prefect progress artifact (steps done)."""
+    from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+    from model.train import format_log_row
+
+    artifact = create_progress_artifact(progress=0.0, key=artifact_key(f"train-{name}"),
+                                        description=f"train {name}: steps done")
+
+    def on_log(row: dict) -> None:
+        logger.info(format_log_row(name, row))
+        update_progress_artifact(artifact, progress=100.0 * row["step"] / row["total_steps"])
+
+    return on_log
+
+
+def artifact_key(text: str) -> str:
+    """A Prefect artifact key (lowercase letters, digits and dashes) from a run name."""
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+
+
 @cached_task(name="train", task_run_name="train-{name}")
 def train_task(name: str, settings: dict, out: str, key: str, nproc: int = 1) -> dict:
     """One training run (in-process, or under torchrun with ``nproc`` > 1); returns the export manifest."""
@@ -260,7 +290,7 @@ def train_task(name: str, settings: dict, out: str, key: str, nproc: int = 1) ->
     else:
         from model.train import load_config, train
 
-        summary = train(load_config(None, [], **settings))
+        summary = train(load_config(None, [], **settings), on_log=_train_progress(name, logger))
     last = summary["history"][-1] if summary["history"] else {}
     logger.info("train %s: %d steps, last %s", name, summary["steps"],
                 {k: v for k, v in last.items() if k.endswith("loss")})

@@ -16,9 +16,11 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -240,7 +242,17 @@ def build_task(cfg: TrainConfig, vocab=None):
 
 
 # ---- training ---------------------------------------------------------------------------------------------
-def train(cfg: TrainConfig) -> dict:
+def format_log_row(name: str, row: dict) -> str:
+    """One progress line: step/total, the loss terms, samples/s and the time left."""
+    eta = int(round(row["eta_s"]))
+    losses = " ".join(f"{k.removesuffix('_loss')} {v:.4f}" for k, v in row.items() if k.endswith("_loss"))
+    return (f"train {name}: step {row['step']}/{row['total_steps']} ({100 * row['step'] / row['total_steps']:.0f} %)"
+            f" | {losses} | {row['samples_per_s']:.0f} samples/s | ETA {eta // 60}m{eta % 60:02d}s")
+
+
+def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dict:
+    """Train one run. ``on_log`` gets every logged row (each ``log_every`` steps) with ``total_steps``,
+    ``samples_per_s`` and ``eta_s`` added: the flow's logger and progress artifact, the CLI's progress lines."""
     import open_clip
     from torch.utils.data import DataLoader
 
@@ -407,6 +419,10 @@ def train(cfg: TrainConfig) -> dict:
                         writer.add_scalar(k, v, step + 1)
             if bar is not None:
                 bar.set_postfix(total=f"{row['total_loss']:.3f}")
+            if on_log is not None:
+                done, elapsed = step + 1 - start, time.perf_counter() - t0
+                on_log({**row, "total_steps": total, "samples_per_s": done * cfg.batch_size * world / elapsed,
+                        "eta_s": elapsed / done * (total - step - 1)})
         if bar is not None:
             bar.update(1)
         if is_main and cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < total:
@@ -439,7 +455,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--config", help="YAML/JSON file with the train settings (a top-level 'train:' key is allowed)")
     args, overrides = ap.parse_known_args(argv)
     cfg = load_config(args.config, overrides)
-    return train(cfg)
+    return train(cfg, progress_printer(cfg))
+
+
+def progress_printer(cfg: TrainConfig) -> Callable[[dict], None] | None:
+    """Without a progress bar (the flow's torchrun runs, ``progress: false``): one line per logged step on
+    stderr (stdout stays for results)."""
+    if cfg.progress:
+        return None
+    return lambda row: print(format_log_row(cfg.mode, row), file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

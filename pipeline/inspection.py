@@ -1,31 +1,36 @@
-"""``macco inspect``: a summary of the mask tables and a ``macco.duckdb`` file with views over them."""
+"""``macco inspect`` and ``macco sql``: a summary of the mask tables, a ``macco.duckdb`` file with views over
+them, and queries over the same views."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from data_schemas.checks import create_views
 
 
-def write_duckdb(tables: dict, db_path: str | Path) -> Path:
-    """(Re)create ``db_path`` with one view per table over its validated part files (absolute paths)."""
+def connect(tables: dict, database: str | Path = ":memory:"):
+    """A duckdb connection holding one view per table over its validated part files (absolute paths): the views
+    of ``macco.duckdb``, which ``macco sql`` queries without writing the file."""
     import duckdb
 
+    con = duckdb.connect(str(database))
+    create_views(con, tables)
+    return con
+
+
+def write_duckdb(tables: dict, db_path: str | Path) -> Path:
+    """(Re)create ``db_path`` with the views of ``connect``."""
     db_path = Path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = db_path.with_name(db_path.name + ".tmp")
     tmp.unlink(missing_ok=True)
-    con = duckdb.connect(str(tmp))
-    create_views(con, tables)
-    con.close()
+    connect(tables, tmp).close()
     tmp.replace(db_path)
     return db_path
 
 
 def summarize(tables: dict) -> dict:
-    import duckdb
-
-    con = duckdb.connect()
-    create_views(con, tables)
+    con = connect(tables)
     out: dict = {"rows": {n: con.execute(f"select count(*) from {n}").fetchone()[0] for n in tables}}
     q = lambda sql: con.execute(sql).fetchall()  # noqa: E731
     if "token_masks" in tables:
@@ -68,3 +73,75 @@ def format_summary(s: dict) -> str:
         else:
             lines.append(f"{k}: {v}")
     return "\n".join(lines)
+
+
+
+def query(tables: dict, sql: str, limit: int | None = None) -> tuple[list[str], list[tuple], int]:
+    """(columns, rows, total rows) of ``sql`` over the views of ``connect``; with ``limit``, the first ``limit``
+    rows only (and the total counted apart). A statement without a result gives no columns. Raises duckdb's
+    errors (``duckdb.Error``) for a bad statement."""
+    con = connect(tables)
+    try:
+        rel = con.sql(sql)
+        if rel is None:
+            return [], [], 0
+        if limit is None:
+            rows = rel.fetchall()
+            return list(rel.columns), rows, len(rows)
+        return list(rel.columns), rel.limit(limit).fetchall(), rel.shape[0]
+    finally:
+        con.close()
+
+
+def query_error(exc: Exception) -> str:
+    """duckdb's message on one line: the error and its hints ("Did you mean ...", candidate columns), without
+    the echoed statement and its caret line."""
+    lines = [ln.strip() for ln in str(exc).splitlines()]
+    return " ".join(ln for ln in lines if ln and not ln.startswith("LINE ") and set(ln) != {"^"})
+
+
+def _cell(v, width: int) -> str:
+    s = "NULL" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v).replace("\n", "\\n")
+    return s if len(s) <= width else s[:width - 1] + "…"
+
+
+def format_rows(columns: list[str], rows: list[tuple], total: int | None = None, width: int = 40) -> str:
+    """An aligned text table (numbers right-aligned, cells cut at ``width`` characters, newlines as ``\\n``),
+    then the row count and, where ``total`` exceeds the rows shown, how many were left out."""
+    cells = [[_cell(v, width) for v in row] for row in rows]
+    vals = [[r[j] for r in rows if r[j] is not None] for j in range(len(columns))]
+    numeric = [bool(v) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v) for v in vals]
+    widths = [max([len(c)] + [len(r[j]) for r in cells]) for j, c in enumerate(columns)]
+
+    def line(row):
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(row, widths, numeric)).rstrip()
+
+    out = [line(columns), "  ".join("-" * w for w in widths)] + [line(r) for r in cells]
+    total = len(rows) if total is None else total
+    if total > len(rows):
+        out.append(f"({len(rows)} of {total} rows shown; {total - len(rows)} cut: raise --limit, or --csv/--json "
+                   "for all)")
+    else:
+        out.append(f"({total} row{'' if total == 1 else 's'})")
+    return "\n".join(out)
+
+
+def _plain(v):
+    """A value for CSV: lists and structs as JSON, NULL as an empty field."""
+    if v is None:
+        return ""
+    return json.dumps(v, default=str) if isinstance(v, (list, dict)) else v
+
+
+def write_csv(columns: list[str], rows: list[tuple], stream) -> None:
+    import csv
+
+    w = csv.writer(stream, lineterminator="\n")
+    w.writerow(columns)
+    w.writerows([_plain(v) for v in row] for row in rows)
+
+
+def write_json(columns: list[str], rows: list[tuple], stream) -> None:
+    """A JSON list of records, one per line (dates, decimals, blobs as strings)."""
+    recs = [json.dumps(dict(zip(columns, row)), default=str) for row in rows]
+    stream.write("[" + ",\n ".join(recs) + "]\n")

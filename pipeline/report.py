@@ -121,7 +121,8 @@ def _probe_section(results: dict[str, list[dict]]) -> list[str]:
     probes = {m: v for m, v in probes.items() if v}
     if not probes:
         return []
-    return ["", "## Probes (held-out world images and captions; mean ± sd over seeds)", "",
+    spread = "mean ± sd over seeds" if any(len(v) > 1 for v in probes.values()) else "one seed per model"
+    return ["", f"## Probes (held-out world images and captions; {spread})", "",
             format_probes(probes), "",
             "Image probes: cross-validated ridge from the global image embedding (or the patch tokens) to each "
             "colour's centre; pair direction: the read-outs order a held-out left/above pair correctly. Text: "
@@ -130,6 +131,77 @@ def _probe_section(results: dict[str, list[dict]]) -> list[str]:
             "Recon: the text predictor's masked-word accuracy on held-out captions. Retrieval and zero-shot: "
             "the test split. grad: the norm of each weighted loss term's gradient over a tower's parameters, on "
             "one held-out batch of 128 at the end of training."]
+
+
+def chance_segments(names: list[str], half: float = 0.45) -> list[tuple[float, float, float]]:
+    """(x from, x to, chance %) of each group's chance line on the bar chart (group i centred on x = i)."""
+    return [(i - half, i + half, 100 * CHANCE[n]) for i, n in enumerate(names)]
+
+
+def results_figure(table: dict, names: list[str], title: str):
+    """Grouped bars of ``collect``'s table (error bars: sd over seeds where a model has several), each group's
+    n under its name and its own chance line."""
+    from matplotlib.figure import Figure  # not through pyplot: no GUI backend, nothing to close
+
+    labels = list(table)
+    fig = Figure(figsize=(max(8, 1.1 * len(names)), 4.8))
+    ax = fig.subplots()
+    width = 0.8 / max(len(labels), 1)
+    for k, m in enumerate(labels):
+        xs = [i + (k - (len(labels) - 1) / 2) * width for i in range(len(names))]
+        ys = [100 * table[m][n][0] if n in table[m] else 0 for n in names]
+        err = [100 * table[m][n][1] if n in table[m] and table[m][n][2] > 1 else 0 for n in names]
+        ax.bar(xs, ys, width, yerr=err if any(err) else None, capsize=3, label=m)
+    ax.set_xticks(range(len(names)))
+    ns = [next(table[m][n][3] for m in labels if n in table[m]) for n in names]
+    ax.set_xticklabels([f"{n}\n(n={k})" for n, k in zip(names, ns)], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(0, 100)
+    segs = chance_segments(names)
+    if segs:
+        x0, x1, ys = zip(*segs)
+        ax.hlines(ys, x0, x1, color="black", lw=1.0, ls="--", label="chance")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def load_results(specs: list[str]) -> dict[str, list[dict]]:
+    """``LABEL=PATH`` specs -> {label: [evaluation json per seed]} for ``write_report``. PATH is a results.json
+    (``macco eval --out``, the evaluate stage) or the evaluate stage directory holding one; a label given more
+    than once is several seeds of one model, each seed read from the run name in its json (``NAME-s<seed>``, as
+    the flow names runs), else its position among the label's files."""
+    results: dict[str, list[dict]] = {}
+    files: dict[str, list[Path]] = {}
+    for spec in specs:
+        label, sep, path = (x.strip() for x in spec.partition("="))
+        if not sep or not label or not path:
+            raise ValueError(f"bad results spec {spec!r}: expected LABEL=PATH (a results.json or an evaluate "
+                             "stage directory)")
+        p = Path(path)
+        if p.is_dir():
+            p = p / "results.json"
+        if not p.is_file():
+            raise FileNotFoundError(f"{label}: no such file {p}")
+        try:
+            run = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{p}: not valid JSON ({exc})") from exc
+        benches = run.get("benchmarks") if isinstance(run, dict) else None
+        if not benches or not isinstance(benches, dict) or \
+                not all(isinstance(b, dict) and "groups" in b for b in benches.values()):
+            raise ValueError(f"{p}: not an evaluation results.json (needs benchmarks.<name>.groups, as macco eval "
+                             "--out writes; a report's results.json is not one)")
+        results.setdefault(label, []).append(run)
+        files.setdefault(label, []).append(p)
+    for label, runs in results.items():
+        seeds = [_seed(r, i) for i, r in enumerate(runs)]
+        twice = [s for s in dict.fromkeys(seeds) if seeds.count(s) > 1]
+        if twice:
+            same = [str(f) for f, s in zip(files[label], seeds) if s == twice[0]]
+            raise ValueError(f"{label}: seed {twice[0]} given more than once ({', '.join(same)})")
+    return results
 
 
 def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str, note: str = "",
@@ -168,7 +240,8 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
                     mark = " ▼"
             cells.append(f"{100 * mean:.1f}" + (f" ± {100 * sd:.1f}" if k > 1 else "") + mark)
         lines.append(f"| {name} | {n} | {100 * CHANCE[name]:.0f} | " + " | ".join(cells) + " |")
-    lines += ["", "Accuracy in %; ± is the standard deviation over seeds."]
+    lines += ["", "Accuracy in %; ± is the standard deviation over seeds." if any(seeds[m] > 1 for m in labels)
+              else "Accuracy in %; one seed per model: no spread estimate."]
     if others and control in results:
         lines[-1] += (f" ▲/▼: better/worse than {control} in a paired test over the same cases (p < {alpha}; the "
                       "case-level sign test, seeds paired, and the direction of the cell's mean agrees).")
@@ -189,31 +262,9 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
     md = out_dir / "results.md"
     md.write_text("\n".join(lines) + "\n")
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(names)), 4.5))
-    width = 0.8 / max(len(labels), 1)
-    for k, m in enumerate(labels):
-        xs = [i + (k - (len(labels) - 1) / 2) * width for i in range(len(names))]
-        ys = [100 * table[m][n][0] if n in table[m] else 0 for n in names]
-        err = [100 * table[m][n][1] if n in table[m] and table[m][n][2] > 1 else 0 for n in names]
-        ax.bar(xs, ys, width, yerr=err if any(err) else None, capsize=3, label=m)
-    ax.set_xticks(range(len(names)))
-    ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("accuracy (%)")
-    ax.set_ylim(0, 100)
-    for i, n in enumerate(names):  # chance per benchmark group
-        ax.hlines(100 * CHANCE[n], i - 0.45, i + 0.45, color="black", lw=1.0, ls="--",
-                  label="chance" if i == 0 else None)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig = results_figure(table, names, title)
     png = out_dir / "results.png"
     fig.savefig(png, dpi=120)
-    plt.close(fig)
     (out_dir / "results.json").write_text(json.dumps(
         {"benchmarks": {m: {n: {"mean": v[0], "sd": v[1], "seeds": v[2], "n": v[3]} for n, v in rows.items()}
                         for m, rows in table.items()},

@@ -116,6 +116,18 @@ def test_training_reduces_every_loss_and_export_loads_in_open_clip(world, world_
     assert list((tmp_path / "run" / "logs").glob("events.out.tfevents.*"))
 
 
+def test_progress_rows_every_log_every_steps(world, world_tables, tmp_path):
+    from model.train import format_log_row
+
+    rows = []
+    train(cfg_for(world, world_tables, tmp_path / "p", max_steps=5, log_every=2), on_log=rows.append)
+    assert [r["step"] for r in rows] == [2, 4, 5] and {r["total_steps"] for r in rows} == {5}
+    assert rows[-1]["eta_s"] == 0 and all(r["samples_per_s"] > 0 and r["eta_s"] >= 0 for r in rows)
+    line = format_log_row("macco-s0", rows[0])
+    assert line.startswith("train macco-s0: step 2/5 (40 %) | ") and "samples/s | ETA 0m" in line
+    assert f"contrast {rows[0]['contrast_loss']:.4f}" in line and f"total {rows[0]['total_loss']:.4f}" in line
+
+
 def test_resume_continues_the_same_schedule(world, world_tables, tmp_path):
     full = train(cfg_for(world, world_tables, tmp_path / "a", max_steps=6))
     train(cfg_for(world, world_tables, tmp_path / "b", max_steps=6, save_every=3))
@@ -181,6 +193,8 @@ def test_ddp_two_processes_gloo(world, world_tables, tmp_path):
                         "29533", "-m", "model.train", "--config", str(tmp_path / "d.yaml"), "device=cpu"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "train macco: step 3/3 (100 %)" in r.stderr  # one progress line per logged step, from rank 0 only
+    assert r.stderr.count("step 2/3") == 1
     summary = json.loads((tmp_path / "ddp" / "summary.json").read_text())
     assert summary["steps"] == 3 and (tmp_path / "ddp" / "export" / "open_clip_model.safetensors").exists()
 
