@@ -3,6 +3,12 @@
 Writers stage into a hidden temporary directory next to the destination and rename it into place, so a
 killed writer never leaves a directory that has a manifest (and a table without a manifest is never read).
 Sharded writers keep finished shards in ``<dir>.partial/`` so a resumed stage redoes only unfinished shards.
+
+A table counts as complete only if its parts still are what the manifest describes: every part listed and
+readable, its row count (from the Parquet footer) as written, and the parts' content hash the manifest's. The
+manifest records each part's size and mtime, and hashes computed since are cached by (path, size, mtime), so
+the content check rehashes only parts that changed on disk. A directory whose manifest cannot be read is never
+overwritten (it may hold the only copy of an appended table's history).
 """
 from __future__ import annotations
 
@@ -22,8 +28,13 @@ import pyarrow.parquet as pq
 MANIFEST = "manifest.json"
 
 
-class TableError(ValueError):
-    """A table on disk is missing, incomplete or does not match its schema."""
+class InputFileError(ValueError):
+    """A malformed or inconsistent input (a file, a table on disk); the message names the file and the field,
+    line or value. The ``macco`` command prints it as one line (exit 2) instead of a traceback."""
+
+
+class TableError(InputFileError):
+    """A table on disk is missing, incomplete, damaged or does not match its schema."""
 
 
 @dataclass(frozen=True)
@@ -84,10 +95,41 @@ def _sha256_files(paths: Iterable[Path]) -> str:
     return h.hexdigest()
 
 
+def _umask() -> int:
+    """The process umask, read from /proc where there is one (setting it to read it back races other threads)."""
+    status = Path("/proc/self/status")
+    lines = status.read_text().splitlines() if status.exists() else []
+    for line in lines:
+        if line.startswith("Umask:"):
+            return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(path: str | Path) -> None:
+    """Give a file the mode a plain ``open()`` gives (0o666 less the umask).
+
+    Writers that go through private temporary files (safetensors, ``tempfile``) leave 0o600, which colleagues
+    sharing ``artifacts/`` cannot read; every file a table or an export consists of goes through this.
+    """
+    os.chmod(path, 0o666 & ~_umask())
+
+
 def _write_part(table: pa.Table, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     pq.write_table(table, tmp, compression="zstd")
+    apply_umask(tmp)
     os.replace(tmp, path)
+
+
+def _part_info(parts: list[Path]) -> dict[str, dict]:
+    """{part name: rows, bytes, mtime_ns} as written: what a later check compares the files on disk with."""
+    info = {}
+    for p in parts:
+        st = p.stat()
+        info[p.name] = {"rows": pq.ParquetFile(p).metadata.num_rows, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return info
 
 
 def _finalize(spec: TableSpec, staging: Path, out_dir: Path, config: dict | None, code_version: str,
@@ -96,12 +138,13 @@ def _finalize(spec: TableSpec, staging: Path, out_dir: Path, config: dict | None
     if not parts:  # always at least one (possibly empty) part so DuckDB globs resolve
         _write_part(spec.arrow_schema.empty_table(), staging / "part-00000.parquet")
         parts = sorted(staging.glob("part-*.parquet"))
-    rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+    info = _part_info(parts)
     manifest = {
         "table": spec.name,
         "schema_version": spec.version,
-        "rows": rows,
+        "rows": sum(i["rows"] for i in info.values()),
         "parts": [p.name for p in parts],
+        "part_info": info,
         "content_hash": _sha256_files(parts),
         "config": config or {},
         "code_version": code_version,
@@ -110,8 +153,10 @@ def _finalize(spec: TableSpec, staging: Path, out_dir: Path, config: dict | None
     }
     tmp_manifest = staging / f".{MANIFEST}.tmp"
     tmp_manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    apply_umask(tmp_manifest)
     os.replace(tmp_manifest, staging / MANIFEST)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    refuse_unreadable(out_dir)
     if out_dir.exists():
         trash = out_dir.with_name(f".{out_dir.name}.old-{uuid.uuid4().hex}")
         os.replace(out_dir, trash)
@@ -127,6 +172,7 @@ def write_table(spec: TableSpec, out_dir: str | Path, table: pa.Table | list[pa.
                 extra: dict | None = None) -> dict:
     """Write ``table`` atomically as ``out_dir/part-*.parquet`` + manifest; returns the manifest."""
     out_dir = Path(out_dir)
+    refuse_unreadable(out_dir)  # before any work; checked again just before the rename
     tables = table if isinstance(table, list) else [table]
     staging = out_dir.with_name(f".{out_dir.name}.tmp-{uuid.uuid4().hex}")
     staging.mkdir(parents=True)
@@ -186,7 +232,40 @@ class ShardedTableWriter:
         return _finalize(self.spec, self.partial, self.out_dir, config, code_version, extra)
 
 
+def _manifest_problem(mpath: Path) -> tuple[dict | None, str | None]:
+    """(the manifest, None), or (None, why it cannot be read: bad JSON, not an object, not text)."""
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return None, f"not valid JSON ({exc})"
+    if not isinstance(manifest, dict):
+        return None, f"not valid JSON (a JSON object expected, got {type(manifest).__name__})"
+    return manifest, None
+
+
+def refuse_unreadable(out_dir: str | Path) -> None:
+    """Raise instead of letting a writer replace a directory that holds a table nobody can read.
+
+    An unreadable manifest (or Parquet parts without one) means the rows cannot be checked or carried over:
+    replacing the directory would silently drop them - for an appended table such as ``eval_results``, its
+    whole history. A table with a readable manifest may be replaced (a rerun stage recomputes it).
+    """
+    out_dir = Path(out_dir)
+    mpath = out_dir / MANIFEST
+    aside = f"move it aside (e.g. mv {out_dir} {out_dir}.unreadable) and rerun"
+    if mpath.exists():
+        _, problem = _manifest_problem(mpath)
+        if problem is not None:
+            raise TableError(f"{mpath}: {problem}; refusing to overwrite the table in {out_dir}: {aside}")
+    elif out_dir.is_dir() and any(out_dir.glob("*.parquet")):
+        raise TableError(f"{out_dir}: holds Parquet parts but no {MANIFEST}; refusing to overwrite it: {aside}")
+
+
 def read_manifest(path: str | Path, table: str | None = None) -> dict:
+    """The manifest of the table in ``path``; a missing directory, manifest or listed part is a TableError.
+
+    Checks presence only; ``verify_table`` (which ``is_complete`` and ``table_files`` run) checks content.
+    """
     path = Path(path)
     mpath = path / MANIFEST
     name = table or path.name
@@ -194,26 +273,102 @@ def read_manifest(path: str | Path, table: str | None = None) -> dict:
         raise TableError(f"table {name}: {path} does not exist")
     if not mpath.exists():
         raise TableError(f"table {name}: {path} is incomplete (no {MANIFEST}); rerun the stage that writes it")
-    try:
-        manifest = json.loads(mpath.read_text())
-    except json.JSONDecodeError as exc:
-        raise TableError(f"table {name}: {mpath} is not valid JSON: {exc}") from exc
+    manifest, problem = _manifest_problem(mpath)
+    if problem is not None:
+        raise TableError(f"table {name}: {mpath} is {problem}")
     for part in manifest.get("parts", []):
         if not (path / part).exists():
             raise TableError(f"table {name}: part {part} listed in {mpath} is missing")
     return manifest
 
 
-def is_complete(path: str | Path) -> bool:
+_HASHES: dict[tuple, str] = {}  # ((path, size, mtime_ns) of every part, in order) -> content hash
+_HASH_CACHE_SIZE = 512
+
+
+def _footer(path: Path, part: str, name: str) -> pq.FileMetaData:
+    """A part's Parquet footer; an unreadable part is a TableError naming the table directory and the file."""
     try:
-        read_manifest(path)
+        return pq.read_metadata(path / part)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise TableError(f"table {name}: {path}: {part} is not a readable Parquet file ({exc}); rerun the stage "
+                         f"that writes it") from exc
+
+
+def _content_hash(path: Path, manifest: dict) -> str:
+    """The parts' content hash, without reading them when they are as written (size and mtime in the
+    manifest) or as last hashed in this process (the cache, keyed by path, size and mtime)."""
+    files = [path / p for p in manifest.get("parts", [])]
+    stats = [f.stat() for f in files]
+    written = manifest.get("part_info") or {}
+    if written and all(written.get(f.name, {}).get("bytes") == st.st_size
+                       and written[f.name].get("mtime_ns") == st.st_mtime_ns for f, st in zip(files, stats)):
+        return manifest["content_hash"]
+    key = tuple((os.path.abspath(f), st.st_size, st.st_mtime_ns) for f, st in zip(files, stats))
+    if key not in _HASHES:
+        if len(_HASHES) >= _HASH_CACHE_SIZE:
+            _HASHES.pop(next(iter(_HASHES)), None)
+        _HASHES[key] = _sha256_files(files)
+    return _HASHES[key]
+
+
+def _check_parts(path: Path, manifest: dict, name: str) -> dict[str, pq.FileMetaData]:
+    """{part: footer}, after checking every part is readable and holds the rows the manifest says."""
+    footers = {p: _footer(path, p, name) for p in manifest.get("parts", [])}
+    written = manifest.get("part_info") or {}
+    for part, meta in footers.items():
+        want = written.get(part, {}).get("rows")
+        if want is not None and meta.num_rows != want:
+            raise TableError(f"table {name}: {path}: {part} has {meta.num_rows} rows, {MANIFEST} says {want}; "
+                             f"it was changed after it was written: rerun the stage that writes it")
+    total = sum(m.num_rows for m in footers.values())
+    if "rows" in manifest and total != manifest["rows"]:
+        raise TableError(f"table {name}: {path}: the parts hold {total} rows, {MANIFEST} says {manifest['rows']}; "
+                         f"rerun the stage that writes it")
+    return footers
+
+
+def _check_content(path: Path, manifest: dict, name: str) -> None:
+    """Raise unless the parts' content hash is the manifest's (when it records one)."""
+    if "content_hash" not in manifest:
+        return
+    try:
+        got = _content_hash(path, manifest)
+    except OSError as exc:  # e.g. the table replaced by another writer while it was being checked
+        raise TableError(f"table {name}: {path}: cannot read its parts ({exc})") from exc
+    if got != manifest["content_hash"]:
+        raise TableError(f"table {name}: {path}: the parts' content hash {got[:12]} differs from {MANIFEST}'s "
+                         f"{str(manifest['content_hash'])[:12]}; a part was changed after it was written: "
+                         f"rerun the stage that writes it")
+
+
+def verify_table(path: str | Path, manifest: dict | None = None, table: str | None = None
+                 ) -> dict[str, pq.FileMetaData]:
+    """Check that the parts are what the manifest says: readable, the row counts of their footers, the
+    content hash (what the manifest records is checked; a foreign manifest may record less).
+
+    Returns {part: footer}; raises TableError naming the table directory, the part and the mismatch.
+    """
+    path = Path(path)
+    manifest = read_manifest(path, table) if manifest is None else manifest
+    name = table or manifest.get("table") or path.name
+    footers = _check_parts(path, manifest, name)
+    _check_content(path, manifest, name)
+    return footers
+
+
+def is_complete(path: str | Path) -> bool:
+    """Whether ``path`` holds a complete table that can be served as it is (manifest, parts, rows, content)."""
+    try:
+        verify_table(path)
     except TableError:
         return False
     return True
 
 
-def check_parquet_schema(spec: TableSpec, file: Path) -> None:
-    actual = pq.read_schema(file)
+def check_parquet_schema(spec: TableSpec, file: Path, actual: pa.Schema | None = None) -> None:
+    """Raise unless ``file`` (its Arrow schema ``actual`` if already read) has the spec's columns and version."""
+    actual = pq.read_schema(file) if actual is None else actual
     for f in spec.schema:
         if f.name not in actual.names:
             raise TableError(f"table {spec.name}: {file}: missing column {f.name!r} (expected {f.type})")
@@ -226,7 +381,7 @@ def check_parquet_schema(spec: TableSpec, file: Path) -> None:
 
 
 def table_files(spec: TableSpec, path: str | Path) -> list[Path]:
-    """Validated part files of a complete table (manifest present, versions and schema match)."""
+    """Validated part files of a complete table (manifest present, parts as written, versions and schema match)."""
     path = Path(path)
     manifest = read_manifest(path, spec.name)
     if manifest.get("table") != spec.name:
@@ -234,10 +389,10 @@ def table_files(spec: TableSpec, path: str | Path) -> list[Path]:
     if int(manifest.get("schema_version", -1)) != spec.version:
         raise TableError(f"table {spec.name}: {path} has schema_version {manifest.get('schema_version')}, "
                          f"expected {spec.version}")
-    files = [path / p for p in manifest["parts"]]
-    for f in files:
-        check_parquet_schema(spec, f)
-    return files
+    for part, meta in _check_parts(path, manifest, spec.name).items():
+        check_parquet_schema(spec, path / part, meta.schema.to_arrow_schema())
+    _check_content(path, manifest, spec.name)  # after the schema, whose message says more about a foreign part
+    return [path / p for p in manifest["parts"]]
 
 
 def read_table(spec: TableSpec, path: str | Path, columns: list[str] | None = None) -> pa.Table:

@@ -103,3 +103,14 @@ def random_rectangle(grid: int, ratio: float, rng: random.Random) -> list[int]:
             break
     top, left = rng.randint(0, grid - h), rng.randint(0, grid - w)
     return [r * grid + c for r in range(top, top + h) for c in range(left, left + w)]
+
+
+EXIF_ORIENTATION = 0x0112
+
+
+def displayed_size(image) -> tuple[int, int]:
+    """(width, height) of a PIL image as displayed: EXIF orientations 5-8 turn it by 90 degrees. Annotations,
+    boxes, patch masks and training crops all live in this frame (every stage loads images through
+    ``ImageOps.exif_transpose``), so a phone photo's boxes and pixels agree."""
+    w, h = image.size
+    return (h, w) if image.getexif().get(EXIF_ORIENTATION, 1) in (5, 6, 7, 8) else (w, h)

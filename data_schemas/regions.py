@@ -18,6 +18,8 @@ SCHEMA = pa.schema([
     pa.field("backend", pa.string(), nullable=False),
 ])
 
+_FINITE = " and ".join(f"isfinite(r.box_xyxy[{i}])" for i in range(1, 5))
+
 CHECKS = (
     Check("regions.key_unique",
           "select caption_id, concept_id, box_id, count(*) as n from regions group by all having n > 1"),
@@ -26,11 +28,12 @@ CHECKS = (
     Check("regions.concept_exists",
           "select r.* from regions r anti join scene_graphs s using (caption_id, concept_id)",
           needs=("scene_graphs",)),
-    Check("regions.box_inside_image",
-          "select r.* from regions r join captions c using (caption_id) where "
+    Check("regions.box_inside_image",  # finite boxes (regions.box_finite reports the others)
+          f"select r.* from regions r join captions c using (caption_id) where {_FINITE} and ("
           "r.box_xyxy[1] < 0 or r.box_xyxy[2] < 0 or r.box_xyxy[3] > c.width or r.box_xyxy[4] > c.height "
-          "or r.box_xyxy[1] >= r.box_xyxy[3] or r.box_xyxy[2] >= r.box_xyxy[4]",
+          "or r.box_xyxy[1] >= r.box_xyxy[3] or r.box_xyxy[2] >= r.box_xyxy[4])",
           needs=("captions",)),
+    Check("regions.box_finite", f"select * from regions r where not ({_FINITE})"),
     Check("regions.score_in_unit_interval", "select * from regions where score < 0 or score > 1 or isnan(score)"),
     Check("regions.coverage",
           "select share from (select avg(case when r.caption_id is null then 0.0 else 1.0 end) as share "

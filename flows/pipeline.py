@@ -9,6 +9,9 @@ keys hash the upstream content, not the run).
 from __future__ import annotations
 
 import shutil
+import socket
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from prefect import flow, get_run_logger, unmapped
@@ -28,6 +31,39 @@ def _version(*modules: str) -> str:
 
 class StageMissing(RuntimeError):
     pass
+
+
+class StageLocked(RuntimeError):
+    """Another run writes this stage's output now."""
+
+
+@contextmanager
+def stage_lock(artifacts: Path, out: Path):
+    """An exclusive lock on one stage output (``artifacts/.locks/<stage>-<key>.lock``, outside the directory a
+    forced stage removes) for as long as this run decides about it and writes it: a second run of the same
+    stage key fails at once with a message, instead of deleting or overwriting the first one's files."""
+    import fcntl
+    import os
+
+    locks = artifacts / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    path = locks / f"{out.parent.name}-{out.name}.lock"
+    f = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise StageLocked(f"{out}: another macco run is writing this stage ({holder}; lock {path}); wait for "
+                              "it to finish, then rerun (finished stages come back Cached)") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        f.flush()
+        yield
+    finally:
+        f.close()  # closing releases the lock
 
 
 class _Runner:
@@ -58,13 +94,18 @@ class _Runner:
         return True, not stage_done(out)
 
     def call(self, stage: str, task, out: Path, key: str, **kw) -> dict:
-        run, refresh = self.prepare(stage, out)
-        if not run:
-            return read_stage(out)
-        t = task.with_options(refresh_cache=True) if refresh else task
-        return t(**kw, out=str(out), key=key)
+        with stage_lock(self.art, out):
+            run, refresh = self.prepare(stage, out)
+            if not run:
+                return read_stage(out)
+            t = task.with_options(refresh_cache=True) if refresh else task
+            return t(**kw, out=str(out), key=key)
 
     def mapped(self, stage: str, shard_task, final_task, out: Path, key: str, n: int, **kw) -> dict:
+        with stage_lock(self.art, out):
+            return self._mapped(stage, shard_task, final_task, out, key, n, **kw)
+
+    def _mapped(self, stage: str, shard_task, final_task, out: Path, key: str, n: int, **kw) -> dict:
         """Shard tasks mapped over the flow's task runner (threads, or Dask workers), then the publishing task."""
         run, refresh = self.prepare(stage, out)
         if not run:
@@ -128,12 +169,13 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     from model.export import file_sha256
 
     weight_sha = [file_sha256(w) if Path(w).is_file() else w for w in weights]
-    key = key_of("ground", captions["content_hash"], parse["content_hash"], gcfg, weight_sha,
+    # root_hash: the images and instance annotations the grounders read (the captions hash covers neither)
+    key = key_of("ground", captions["content_hash"], parse["content_hash"], root_hash, gcfg, weight_sha,
                  _version("pipeline.grounding.base", f"pipeline.grounding.{backend}", "pipeline.stages"))
     gdir = r.dir("ground", key)
     n_img = ground_items(captions, parse) if not stage_done(gdir) else 1
     ground = r.mapped("ground", ground_shard_task, ground_finalize_task, gdir, key,
-                      n_shards(n_img, gcfg["shard_size"]), captions=captions, parse=parse, cfg=gcfg)
+                      n_shards(n_img, gcfg["shard_size"]), captions=captions, parse=parse, cfg=gcfg, inputs=key)
 
     out["ground"] = ground
     if not r.needed("masks"):
@@ -191,7 +233,9 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
         elif tcfg["pretrained"]:
             s["pretrained"] = tcfg["pretrained"]
         # root_hash: the data root's content (the world's scene truth, which mode scene reads, and its images)
-        k = key_of("train", {a: b for a, b in s.items() if a not in ("tables", "image_root", "pretrained")},
+        # not in the key: paths, and how a run is checkpointed and resumed (the same run either way)
+        k = key_of("train", {a: b for a, b in s.items()
+                             if a not in ("tables", "image_root", "pretrained", "resume", "save_every")},
                    table_hashes, init["content_hash"] if init else s.get("pretrained"), model_code, root_hash,
                    file_sha256(s["scenes"]) if s.get("scenes") else None)
         return s, k
@@ -266,8 +310,9 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
 
 
 def source_fingerprint(data: dict) -> str:
-    """What the captions of a user's source depend on. COCO: the annotation files' (path, size, mtime); CSV and
-    image folders: the file's content and every image's (path, size, mtime); webdataset: the shards' content."""
+    """What a user's source holds (the captions and ground keys cover it). COCO: the annotation files' and
+    the split folders' images' (path, size, mtime); CSV and image folders: the file's content and every image's
+    (path, size, mtime); webdataset: the shards' content."""
     from model.export import file_sha256
     from pipeline.sources import expand_shards
 
@@ -275,10 +320,11 @@ def source_fingerprint(data: dict) -> str:
         return sorted((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns)
                       for p in root.rglob("*") if p.is_file())
 
-    if data["source"] == "coco":
+    if data["source"] == "coco":  # the annotation files and the split folders' images
         root = Path(data["root"]).resolve()
         anns = sorted((root / "annotations").glob("*.json"))
-        return key_of([(str(a), a.stat().st_size, a.stat().st_mtime_ns) for a in anns])
+        images = [listing(root / f"{split}2014") for split in data["splits"] if (root / f"{split}2014").is_dir()]
+        return key_of([(str(a), a.stat().st_size, a.stat().st_mtime_ns) for a in anns], images)
     if data["source"] == "webdataset":
         return key_of([(s, file_sha256(s)) for s in expand_shards(data["path"])])
     path = Path(data["path"])

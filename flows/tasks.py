@@ -123,7 +123,8 @@ def _captions(captions: dict) -> list[dict]:
 def parse_shard_task(captions: dict, cfg: dict, out: str, shard: int, key: str) -> int:
     from pipeline.stages import parse_stage
 
-    parse_stage(_parse_cfg(cfg), _captions(captions), Path(out), only=[shard], finalize=False, reuse=True)
+    parse_stage(_parse_cfg(cfg), _captions(captions), Path(out), only=[shard], finalize=False, reuse=True,
+                inputs=captions["content_hash"])
     return shard
 
 
@@ -134,7 +135,7 @@ def parse_finalize_task(captions: dict, cfg: dict, out: str, key: str) -> dict:
     out = Path(out)
     if stage_done(out):
         return read_stage(out)
-    m = parse_stage(_parse_cfg(cfg), _captions(captions), out, only=[], reuse=True)
+    m = parse_stage(_parse_cfg(cfg), _captions(captions), out, only=[], reuse=True, inputs=captions["content_hash"])
     get_run_logger().info("parse: %s", {n: v["rows"] for n, v in m.items()})
     return write_stage(out, {"stage": "parse", "key": key, "dir": str(out), "tables": tables_of(m, out),
                              "content_hash": m["scene_graphs"]["content_hash"] + m["token_masks"]["content_hash"]})
@@ -158,17 +159,17 @@ def _ground_inputs(captions: dict, parse: dict, cfg: dict):
 
 
 @cached_task(name="ground-shard", task_run_name="ground-shard-{shard}")
-def ground_shard_task(captions: dict, parse: dict, cfg: dict, out: str, shard: int, key: str) -> int:
+def ground_shard_task(captions: dict, parse: dict, cfg: dict, inputs: str, out: str, shard: int, key: str) -> int:
     from pipeline.stages import ground_stage
 
     caps, sg, gcfg, inst = _ground_inputs(captions, parse, cfg)
     ground_stage(gcfg, caps, sg, captions["root"], Path(out), instances=inst, shard_size=cfg["shard_size"],
-                 only=[shard], finalize=False, reuse=True)
+                 only=[shard], finalize=False, reuse=True, inputs=inputs)
     return shard
 
 
 @cached_task(name="ground", task_run_name="ground")
-def ground_finalize_task(captions: dict, parse: dict, cfg: dict, out: str, key: str) -> dict:
+def ground_finalize_task(captions: dict, parse: dict, cfg: dict, inputs: str, out: str, key: str) -> dict:
     from pipeline.stages import ground_stage
 
     out = Path(out)
@@ -176,7 +177,7 @@ def ground_finalize_task(captions: dict, parse: dict, cfg: dict, out: str, key: 
         return read_stage(out)
     caps, sg, gcfg, inst = _ground_inputs(captions, parse, cfg)
     m = ground_stage(gcfg, caps, sg, captions["root"], out, instances=inst, shard_size=cfg["shard_size"], only=[],
-                     reuse=True)
+                     reuse=True, inputs=inputs)
     get_run_logger().info("ground: %d regions, %d errors", m["regions"]["rows"], m["errors"]["rows"])
     return write_stage(out, {"stage": "ground", "key": key, "dir": str(out), "tables": tables_of(m, out),
                              "content_hash": m["regions"]["content_hash"]})
@@ -271,7 +272,9 @@ def train_task(name: str, settings: dict, out: str, key: str, nproc: int = 1) ->
     if stage_done(out):
         return read_stage(out)
     logger = get_run_logger()
-    settings = {**settings, "out_dir": str(out / "run"), "progress": False}
+    # a killed run continues from its latest checkpoint (the data order is deterministic, so the result is
+    # the uninterrupted run's); resume and save_every are not part of the run key
+    settings = {"resume": "auto", **settings, "out_dir": str(out / "run"), "progress": False}
     if nproc > 1:
         import yaml
 
@@ -294,8 +297,13 @@ def train_task(name: str, settings: dict, out: str, key: str, nproc: int = 1) ->
     last = summary["history"][-1] if summary["history"] else {}
     logger.info("train %s: %d steps, last %s", name, summary["steps"],
                 {k: v for k, v in last.items() if k.endswith("loss")})
+    if summary.get("skipped_images"):
+        logger.warning("train %s: %d unreadable training image(s) skipped (within max_skipped_fraction), e.g. %s",
+                       name, summary["skipped_images"], summary["skipped_examples"][:3])
     exp = summary["export"]
     return write_stage(out, {"stage": "train", "name": name, "key": key, "dir": str(out), "export_dir": exp["dir"],
+                             "skipped_images": summary.get("skipped_images", 0),
+                             "skipped_examples": summary.get("skipped_examples", []),
                              "export_pt": exp["pt"], "content_hash": exp["sha256"], "arch": settings["arch"],
                              "checkpoint": summary["checkpoint"],
                              "files": [exp["pt"], str(Path(exp["dir"]) / "open_clip_model.safetensors")],

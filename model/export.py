@@ -4,6 +4,8 @@
   ``open_clip.create_model_and_transforms('local-dir:<out>')`` loads it.
 - ``<out>.pt`` next to it, ``{"state_dict": ...}``: ``create_model_and_transforms(<arch>, pretrained=<file>)``.
 Training checkpoints never go in the export directory (the local-dir loader globs weight files).
+Every file gets the mode a plain ``open()`` gives (0o666 less the umask): safetensors writes 0o600, which
+colleagues sharing ``artifacts/`` could not load.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ def export_clip(clip: nn.Module, arch: str, out_dir: str | Path, preprocess_cfg:
     import open_clip
     from safetensors.torch import save_file
 
+    from data_schemas import apply_umask
+
     from . import register_model_configs
 
     register_model_configs()
@@ -49,9 +53,13 @@ def export_clip(clip: nn.Module, arch: str, out_dir: str | Path, preprocess_cfg:
     weights = out_dir / "open_clip_model.safetensors"
     tmp = weights.with_suffix(".tmp")
     save_file(state, str(tmp))
+    apply_umask(tmp)
     tmp.replace(weights)
-    (out_dir / "open_clip_config.json").write_text(json.dumps(
+    config = out_dir / "open_clip_config.json"
+    config.write_text(json.dumps(
         {"model_cfg": model_cfg, "preprocess_cfg": pp, "macco": {"arch": arch, **(meta or {})}}, indent=2))
     pt = out_dir.with_suffix(".pt")
     torch.save({"state_dict": state, "arch": arch}, pt)
+    for f in (config, pt):
+        apply_umask(f)
     return {"dir": str(out_dir), "pt": str(pt), "sha256": file_sha256(weights), "keys": len(state)}

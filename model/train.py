@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import logging
 import math
 import os
 import random
@@ -26,6 +27,8 @@ import torch
 
 from .losses import LossWeights
 from .task import MaccoConfig, MaccoTask
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -67,6 +70,7 @@ class TrainConfig:
     rect_ratio: float = 0.75
     crop_scale: tuple[float, float] = (0.9, 1.0)
     save_every: int = 0  # steps between resumable checkpoints (0: only at the end)
+    max_skipped_fraction: float = 0.01  # unreadable images allowed (share of samples drawn); past it: fail
     log_every: int = 10
     resume: str | None = None  # checkpoint path, or "auto" (latest in out_dir/checkpoints)
     device: str = "auto"
@@ -208,6 +212,55 @@ class NonFiniteLoss(FloatingPointError):
     pass
 
 
+class TooManySkipped(RuntimeError):
+    """More unreadable training images than ``max_skipped_fraction`` allows: the run would report success on
+    data it did not use."""
+
+
+class NothingToReconstruct(ValueError):
+    """A mode with a reconstruction term whose data hold no mask for it: the term would be 0 throughout."""
+
+
+def keep_rows_through(metrics: Path, step: int) -> None:
+    """Drop the rows of ``metrics.csv`` after ``step`` (atomically): a resumed run re-logs them."""
+    if not metrics.exists():
+        return
+    with metrics.open(newline="") as f:
+        reader = csv.DictReader(f)
+        rows = [r for r in reader if int(r["step"]) <= step]
+        header = reader.fieldnames
+    tmp = metrics.with_name(metrics.name + ".tmp")
+    with tmp.open("w", newline="") as f:
+        if header:
+            w = csv.DictWriter(f, fieldnames=header)
+            w.writeheader()
+            w.writerows(rows)
+    os.replace(tmp, metrics)
+
+
+def check_masks(task, samples: list, counts: dict, cfg: TrainConfig) -> None:
+    """A mode that reconstructs masked words or patches needs data with such masks: with none, its term is 0
+    at every step and the run is CLIP-FT under another name. Partial coverage is logged."""
+    cfg_task = getattr(task, "cfg", None)
+    if cfg_task is None or not samples:
+        return
+    n = len(samples)
+    if cfg_task.masks_text:
+        with_text = n - counts["empty_text_mask"]
+        if with_text == 0:
+            raise NothingToReconstruct(f"mode {cfg.mode}: none of the {n} training captions has a relation or "
+                                       "attribute token mask (token_masks); the masked-text term would be 0 (check "
+                                       "the parse, or train mode clip-ft)")
+        log.info("train %s: %d of %d captions have a text mask", cfg.mode, with_text, n)
+    if cfg_task.masks_image:
+        with_box = n - counts["no_region"]
+        if with_box == 0 and cfg.rect_prob <= 0:
+            raise NothingToReconstruct(f"mode {cfg.mode}: none of the {n} training captions has a grounded region "
+                                       "(regions) and rect_prob is 0; the masked-image term would be 0 (check the "
+                                       "ground stage)")
+        log.info("train %s: %d of %d captions have a grounded region", cfg.mode, with_box, n)
+
+
 def scenes_path(cfg: TrainConfig) -> Path:
     return Path(cfg.scenes) if cfg.scenes else Path(cfg.image_root) / f"scenes_{cfg.split}.json"
 
@@ -292,6 +345,7 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dic
     geo = Geometry(grid * patch, patch)
     samples, counts = build_samples({k: Path(v) for k, v in cfg.tables.items()}, cfg.split,
                                     hard_negatives=cfg.hardneg, seed=cfg.seed)
+    check_masks(task, samples, counts, cfg)
     dcfg = DataConfig(image_root=cfg.image_root, split=cfg.split, crop_scale=cfg.crop_scale, rect_prob=cfg.rect_prob,
                       rect_ratio=cfg.rect_ratio)
     tokenizer = open_clip.get_tokenizer("ViT-B-32") if cfg.hardneg else None
@@ -354,6 +408,8 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dic
         except ImportError:
             writer = None
         log_path = out_dir / "metrics.csv"
+        if start > 0:
+            keep_rows_through(log_path, start)  # a killed run logged steps past its last checkpoint
         log_file = open(log_path, "a", newline="")
     csv_writer = None
     history: list[dict] = []
@@ -368,10 +424,20 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dic
     t0 = time.perf_counter()
     step = start
     it = iter(loader)
+    skipped_items: list[tuple] = []
     for step in range(start, total):
         batch = next(it)
-        skipped += batch.pop("skipped")
-        if "image" not in batch:
+        skipped_now = batch.pop("skipped")
+        if skipped_now:
+            skipped += len(skipped_now)
+            skipped_items += skipped_now[:max(0, 20 - len(skipped_items))]
+            drawn = (step + 1 - start) * cfg.batch_size
+            if skipped > cfg.max_skipped_fraction * drawn and drawn >= cfg.batch_size:
+                raise TooManySkipped(f"{skipped} of {drawn} training images drawn so far could not be read (more "
+                                     f"than max_skipped_fraction={cfg.max_skipped_fraction}); e.g. "
+                                     + "; ".join(f"caption {c}: {p} ({why})" for c, p, why in skipped_items[:3]))
+        if "image" not in batch:  # nothing usable (allowed by max_skipped_fraction): the schedule still moves
+            sched.step()
             continue
         host = batch
         batch = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
@@ -430,7 +496,11 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dic
     if bar is not None:
         bar.close()
     summary: dict = {"steps": total, "start_step": start, "samples": counts, "skipped_images": skipped,
+                     "skipped_examples": [{"caption_id": c, "path": p, "error": why} for c, p, why in skipped_items],
                      "history": history}
+    if skipped:
+        log.warning("train %s: %d unreadable image(s) skipped, e.g. %s", cfg.mode, skipped,
+                    summary["skipped_examples"][:3])
     if is_main:
         summary["checkpoint"] = str(save(total))
         summary["export"] = export_clip(task.clip, resolve_export_arch(cfg), out_dir / "export",

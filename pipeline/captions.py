@@ -1,22 +1,26 @@
-"""Readers for COCO 2014 captions/instances files and the Karpathy split, into the ``captions`` table.
+"""Readers for COCO 2014 captions/instances files, the Karpathy split and caption JSONL, into the ``captions``
+table.
 
-Bad files raise ``ValueError``/``FileNotFoundError`` naming the file and field; bad items (a caption whose image
-is unknown, an empty caption, a missing image file) become rows of the ``errors`` table.
+Bad files raise ``InputFileError``/``FileNotFoundError`` naming the file and field; bad items (a caption whose
+image is unknown, an empty caption, a missing image file) become rows of the ``errors`` table.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from data_schemas import InputFileError
 from data_schemas.errors import error_row
 
 STAGE = "captions"
+COCO_CAPTIONS_NAME = re.compile(r"captions_(?P<split>[A-Za-z]+)2014")
+DEFAULT_SPLIT = "train"
 
-
-class InputFileError(ValueError):
-    """A malformed input file; the message names the file and the field."""
+__all__ = ["InputFileError", "CaptionRead", "read_caption_file", "read_caption_jsonl", "read_coco_captions",
+           "read_coco_instances", "read_coco_root", "read_karpathy", "split_of"]
 
 
 def load_json(path: str | Path) -> Any:
@@ -178,3 +182,84 @@ def read_coco_root(root: str | Path, splits: tuple[str, ...] = ("train", "val", 
         out.rows += r.rows
         out.errors += r.errors
     return out
+
+
+def split_of(path: str | Path, split: str | None = None) -> tuple[str, str]:
+    """(the split of a captions file's rows, where it came from): ``split`` if given, else the COCO file
+    name's (``captions_<split>2014.json``), else ``train`` - never an arbitrary file name (which the training
+    split filter would then match no row of)."""
+    if split:
+        return split, "given"
+    m = COCO_CAPTIONS_NAME.fullmatch(Path(path).stem)
+    if m:
+        return m["split"], f"from the file name {Path(path).name}"
+    return DEFAULT_SPLIT, f"default: {Path(path).name} is not named captions_<split>2014.json"
+
+
+def _positive_int(value) -> int:
+    """``value`` if it is a positive int (a size the file gives), else 0 (unknown)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def read_caption_jsonl(path: str | Path, *, split: str, image_root: str | Path | None = None) -> CaptionRead:
+    """A JSONL of ``{id, image_id, caption[, file_name, width, height, split]}``, one caption per line.
+
+    With ``image_root`` the size of a line with ``file_name`` is read from ``image_root/file_name`` (a missing
+    or unreadable image is an error row); otherwise the line's ``width``/``height``, or 0 (unknown: grounding
+    refuses it). An empty, blank or null caption is an ``empty_caption`` row, a caption that is not text a
+    ``non_text_caption`` row. A line's own ``split`` wins over ``split``.
+    """
+    from pipeline.sources import _Images
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: file not found")
+    images = _Images(Path(image_root)) if image_root is not None else None
+    out, seen = CaptionRead(), {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"line {n}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputFileError(f"{path}: {where}: not valid JSON ({exc})") from exc
+        if not isinstance(rec, dict):
+            raise InputFileError(f"{path}: {where}: a JSON object expected, got {line[:80]!r}")
+        cid = _require(rec, "id", path, where, int)
+        iid = _require(rec, "image_id", path, where, int)
+        if "caption" not in rec:
+            raise InputFileError(f"{path}: {where}: missing field 'caption'")
+        if cid in seen:
+            raise InputFileError(f"{path}: {where}: id {cid} already used on line {seen[cid]}")
+        seen[cid] = n
+        text, file_name = rec["caption"], rec.get("file_name") or ""
+        if text is not None and not isinstance(text, str):
+            out.errors.append(error_row(STAGE, cid, "non_text_caption",
+                                        f"{path}: {where}: caption must be text, got {type(text).__name__}"))
+            continue
+        if text is None or not text.strip():
+            out.errors.append(error_row(STAGE, cid, "empty_caption", f"{path}: {where}: empty caption"))
+            continue
+        size = (_positive_int(rec.get("width")), _positive_int(rec.get("height")))
+        if images is not None and file_name:
+            size = images.size(file_name)
+            if isinstance(size, str):
+                reason = "missing_image" if size.endswith("image file not found") else "unreadable_image"
+                out.errors.append(error_row(STAGE, cid, reason, f"{path}: {where}: {size}"))
+                continue
+        out.rows.append({"caption_id": cid, "image_id": iid, "file_name": str(file_name), "width": int(size[0]),
+                         "height": int(size[1]), "caption": text.strip(), "split": rec.get("split") or split})
+    return out
+
+
+def read_caption_file(path: str | Path, *, split: str, image_root: str | Path | None = None) -> CaptionRead:
+    """A COCO captions json or (``.jsonl``) a caption JSONL: rows plus error rows for the bad items.
+
+    ``image_root`` is the folder ``file_name`` is relative to: a COCO json's captions of missing image files
+    become errors, a JSONL's sizes are read from the images.
+    """
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        return read_caption_jsonl(path, split=split, image_root=image_root)
+    return read_coco_captions(path, split=split, images_dir=image_root)

@@ -7,7 +7,8 @@
   ``{key}.txt``/``{key}.json``), read with the ``webdataset`` library; every image is extracted once into a
   content-addressed store (``<store>/<sha[:2]>/<sha>.<ext>``) that the grounding and training stages read.
 
-Every reader takes the image size from the image itself (never from the input file), gives each image a stable
+Every reader takes the image size from the image itself (never from the input file; as displayed, EXIF
+orientation applied), gives each image a stable
 ``image_id`` (from its path under the image root; in the store the path is the content hash) and turns bad items
 (missing or unreadable image, empty caption, a sample without image or caption) into ``errors`` rows.
 Malformed files (bad JSON, a missing column) raise ``InputFileError`` naming the file, line and value.
@@ -21,6 +22,7 @@ import os
 from pathlib import Path
 
 from data_schemas.errors import error_row
+from data_schemas.geometry import displayed_size
 from pipeline.captions import STAGE, CaptionRead, InputFileError
 
 SOURCES = ("coco", "csv", "folder", "webdataset")
@@ -49,7 +51,7 @@ class _Images:
             else:
                 try:
                     with Image.open(path) as im:
-                        self.sizes[file_name] = im.size
+                        self.sizes[file_name] = displayed_size(im)
                 except (OSError, UnidentifiedImageError, ValueError) as exc:
                     self.sizes[file_name] = f"{path}: unreadable image ({exc})"
         return self.sizes[file_name]

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
 from data_schemas import TABLES, ShardedTableWriter, is_complete, read_manifest, read_table, write_table
+from data_schemas.errors import error_row
 
 
 def code_version(*modules: str) -> str:
@@ -26,6 +28,11 @@ def code_version(*modules: str) -> str:
     return h.hexdigest()[:12]
 
 
+def content_hash(obj) -> str:
+    """sha256 of a JSON-serialisable value (rows, ids), key order independent."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def n_shards_for(n_items: int, shard_size: int) -> int:
     return max(1, -(-n_items // shard_size))
 
@@ -33,18 +40,22 @@ def n_shards_for(n_items: int, shard_size: int) -> int:
 def run_sharded(items: list, shard_size: int, out_dirs: dict[str, Path],
                 fn: Callable[[list], dict[str, list[dict]]], *, config: dict, version: str,
                 progress: Callable[[int, int], None] | None = None, only: Iterable[int] | None = None,
-                finalize: bool = True, reuse: bool = False) -> dict[str, dict]:
+                finalize: bool = True, reuse: bool = False, inputs: str | None = None) -> dict[str, dict]:
     """Run ``fn`` over shards of ``items``; each call returns {table: rows}; finished shards are skipped.
 
     ``only`` restricts the call to some shards (an orchestrator maps shards over workers); ``finalize=False``
     leaves the table unpublished (a later call with ``only=[]`` publishes it once every shard exists).
     With ``reuse`` (content-keyed output directories) complete outputs are returned as they are. Unfinished
-    shards of a killed run are kept only if they were written with the same config, code and inputs.
+    shards of a killed run are kept only if they were written with the same config, code and inputs:
+    ``inputs`` is a content hash of what ``fn`` reads (default: of ``items`` themselves), so an edited caption
+    with the same count is not an old shard's.
     """
     if reuse and all(is_complete(d) for d in out_dirs.values()):
         return {name: read_manifest(d) for name, d in out_dirs.items()}
     n_shards = n_shards_for(len(items), shard_size)
-    fingerprint = hashlib.sha256(json.dumps([config, version, shard_size, len(items)], sort_keys=True,
+    if inputs is None:
+        inputs = content_hash(items)
+    fingerprint = hashlib.sha256(json.dumps([config, version, shard_size, len(items), inputs], sort_keys=True,
                                             default=str).encode()).hexdigest()
     writers = {name: ShardedTableWriter(TABLES[name], d, n_shards, fingerprint) for name, d in out_dirs.items()}
     todo = set(range(n_shards)) if only is None else set(only)
@@ -152,33 +163,20 @@ class ParseConfig:
     shard_size: int = 2000
 
 
-def read_caption_input(path: str | Path) -> list[dict]:
-    """Caption rows from a captions table dir, a COCO captions json, or a JSONL of {id, image_id, caption}."""
-    from pipeline.captions import InputFileError, read_coco_captions
+def read_caption_input(path: str | Path, *, split: str | None = None,
+                       image_root: str | Path | None = None) -> list[dict]:
+    """Caption rows from a captions table dir, a COCO captions json, or a JSONL of {id, image_id, caption}.
+
+    A file's rows get ``split`` (default: from a ``captions_<split>2014`` name, else ``train``) and, with
+    ``image_root``, sizes read from the images (``pipeline.captions.read_caption_file``). Bad items of a file
+    are left out here; ``read_caption_file`` returns them as error rows (what ``macco parse`` writes).
+    """
+    from pipeline.captions import read_caption_file, split_of
 
     path = Path(path)
     if path.is_dir():
         return _load_rows(path, "captions")
-    if path.suffix == ".jsonl":
-        rows = []
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: file not found")
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputFileError(f"{path}: line {n}: not valid JSON ({exc})") from exc
-            for k in ("id", "image_id", "caption"):
-                if k not in rec:
-                    raise InputFileError(f"{path}: line {n}: missing field {k!r}")
-            rows.append({"caption_id": rec["id"], "image_id": rec["image_id"], "caption": rec["caption"],
-                         "file_name": rec.get("file_name", ""), "width": rec.get("width", 0),
-                         "height": rec.get("height", 0), "split": rec.get("split", "")})
-        return rows
-    read = read_coco_captions(path, split=path.stem.replace("captions_", "").replace("2014", ""))
-    return read.rows
+    return read_caption_file(path, split=split_of(path, split)[0], image_root=image_root).rows
 
 
 def _parse_rows(cfg: ParseConfig, rows: list[dict], loaded: dict) -> dict[str, list[dict]]:
@@ -203,8 +201,11 @@ def _parse_chunk(job: tuple[ParseConfig, list[dict]]) -> dict[str, list[dict]]:
 
 
 def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None, only=None,
-                finalize: bool = True, reuse: bool = False) -> dict[str, dict]:
+                finalize: bool = True, reuse: bool = False, inputs: str | None = None) -> dict[str, dict]:
     """Scene graphs + CLIP token masks for ``captions``: ``out/{scene_graphs,token_masks,errors}``.
+
+    ``inputs``: a content hash of ``captions`` when the caller has one (the flow: the captions table's), else
+    computed; unfinished shards of a killed run are reused only with the same inputs.
 
     With ``n_process > 1`` each shard is split into chunks that worker processes parse end to end (spaCy,
     rules, token alignment) and return as rows, in order: only plain rows cross processes, never spaCy Docs
@@ -233,7 +234,7 @@ def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None
         return run_sharded(captions, cfg.shard_size,
                            {n: out / n for n in ("scene_graphs", "token_masks", "errors")}, shard,
                            config=asdict(cfg), version=ver, progress=progress, only=only, finalize=finalize,
-                           reuse=reuse)
+                           reuse=reuse, inputs=inputs)
     finally:
         if "pool" in loaded:
             loaded["pool"].terminate()
@@ -265,11 +266,13 @@ def object_queries(concepts: list[dict]) -> tuple[dict[int, str], dict[int, list
 
 def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root: str | Path | None,
                  out: Path, *, grounder=None, instances: dict | None = None, shard_size: int = 500,
-                 progress=None, only=None, finalize: bool = True, reuse: bool = False) -> dict[str, dict]:
-    """Ground every attribute/relation phrase: ``out/regions`` + ``out/errors`` (sharded by image)."""
-    from PIL import Image
+                 progress=None, only=None, finalize: bool = True, reuse: bool = False,
+                 inputs: str | None = None) -> dict[str, dict]:
+    """Ground every attribute/relation phrase: ``out/regions`` + ``out/errors`` (sharded by image).
 
-    from data_schemas.errors import error_row
+    ``inputs``: a content hash of the captions, scene graphs, instances and images when the caller has one
+    (the flow's stage key), else computed from the rows; unfinished shards are reused only with the same.
+    """
     from pipeline.grounding.base import GroundItem, make_grounder
 
     loaded = {"g": grounder}
@@ -300,29 +303,28 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
             if not phrases:
                 continue
             image = None
-            if grounder.needs_images:
-                path = Path(image_root) / row["file_name"]
-                try:
-                    with Image.open(path) as im:
-                        image = im.convert("RGB")
-                except (OSError, ValueError) as exc:
-                    errors.append(error_row("ground", f"image:{iid}", "unreadable_image", f"{path}: {exc}"))
+            if image_root is not None:  # the image as displayed must be the size the annotation says
+                image, problem = _open_checked(Path(image_root) / row["file_name"], row, grounder.needs_images)
+                if problem is not None:
+                    errors.append(error_row("ground", f"image:{iid}", *problem))
                     continue
+            elif grounder.needs_images:
+                raise ValueError(f"the {grounder.name} grounding backend reads images: pass the image root")
             items.append(GroundItem(iid, row["width"], row["height"], list(phrases), image))
             plans.append((row, per_caption, phrases))
-        found = grounder.ground(items) if items else []
+        found = _ground_each(grounder, items, errors)
         for (row, per_caption, phrases), boxes in zip(plans, found):
+            if boxes is None:  # this image failed in the grounder: an error row already says why
+                continue
             for cap, q, needs in per_caption:
                 for concept_id, objs in needs.items():
                     uniq: dict[tuple, object] = {}
                     for o in objs:
-                        for b in boxes[phrases[q[o]]]:
-                            x1, y1, x2, y2 = b.xyxy
-                            if x1 < 0 or y1 < 0 or x2 > row["width"] or y2 > row["height"] or x2 <= x1 or y2 <= y1:
-                                errors.append(error_row("ground", f"{cap['caption_id']}:{concept_id}:{len(uniq)}",
-                                                        "box_outside_image",
-                                                        f"image {row['image_id']}: box {list(b.xyxy)} outside "
-                                                        f"{row['width']}x{row['height']}"))
+                        for j, b in enumerate(boxes[phrases[q[o]]]):
+                            problem = _box_problem(b.xyxy, row)
+                            if problem is not None:  # id: caption, concept, object, box - unique by construction
+                                errors.append(error_row("ground", f"{cap['caption_id']}:{concept_id}:{o}:{j}",
+                                                        *problem))
                                 continue
                             uniq.setdefault(tuple(round(v, 3) for v in b.xyxy), b)
                     concept = next(c for c in by_caption[cap["caption_id"]] if c["concept_id"] == concept_id)
@@ -339,8 +341,63 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
     conf = {k: v for k, v in asdict(cfg).items() if k not in ("device", "batch_size")}
     ver = code_version("pipeline.grounding.base", f"pipeline.grounding.{_backend_module(cfg.backend)}",
                        "pipeline.stages")
+    if inputs is None:
+        inputs = content_hash([[images[i]["captions"] for i in image_ids], scene_graphs,
+                               sorted((instances or {}).items())])
     return run_sharded(image_ids, shard_size, {"regions": out / "regions", "errors": out / "errors"}, shard,
-                       config=conf, version=ver, progress=progress, only=only, finalize=finalize, reuse=reuse)
+                       config=conf, version=ver, progress=progress, only=only, finalize=finalize, reuse=reuse,
+                       inputs=inputs)
+
+
+def _open_checked(path: Path, row: dict, load: bool):
+    """(the RGB image as displayed if ``load``, None) or (None, (reason, message)) for an unreadable image or
+    one whose displayed size is not the annotation's width x height."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    from data_schemas.geometry import displayed_size
+
+    try:
+        with Image.open(path) as im:
+            size = displayed_size(im)
+            if size != (row["width"], row["height"]):
+                return None, ("image_size_mismatch", f"{path}: image is {size[0]}x{size[1]} (EXIF orientation "
+                                                     f"applied), the captions table says {row['width']}x"
+                                                     f"{row['height']}")
+            return (ImageOps.exif_transpose(im).convert("RGB") if load else None), None
+    except (OSError, UnidentifiedImageError, ValueError) as exc:
+        return None, ("unreadable_image", f"{path}: {exc}")
+
+
+def _box_problem(xyxy, row: dict):
+    """(reason, message) for a box that is not finite or not inside the image with positive area, else None."""
+    if not all(math.isfinite(v) for v in xyxy):
+        return "box_not_finite", f"image {row['image_id']}: box {list(xyxy)} has a non-finite coordinate"
+    x1, y1, x2, y2 = xyxy
+    if x1 < 0 or y1 < 0 or x2 > row["width"] or y2 > row["height"] or x2 <= x1 or y2 <= y1:
+        return "box_outside_image", f"image {row['image_id']}: box {list(xyxy)} outside {row['width']}x{row['height']}"
+    return None
+
+
+def _ground_each(grounder, items: list, errors: list) -> list:
+    """The grounder over a shard's items; if the batch fails, item by item, each failure an error row (None in
+    its place). Only when every item fails is the first failure raised: a broken model, not a bad image."""
+    if not items:
+        return []
+    try:
+        return grounder.ground(items)
+    except (RuntimeError, ValueError, IndexError, TypeError, OSError) as batch_exc:
+        found, failed = [], []
+        for it in items:
+            try:
+                found.append(grounder.ground([it])[0])
+            except (RuntimeError, ValueError, IndexError, TypeError, OSError) as exc:
+                found.append(None)
+                failed.append(error_row("ground", f"image:{it.image_id}", "grounding_failed",
+                                        f"image {it.image_id} ({it.width}x{it.height}): {type(exc).__name__}: {exc}"))
+        if len(failed) == len(items):
+            raise batch_exc
+        errors.extend(failed)
+        return found
 
 
 def _backend_module(backend: str) -> str:

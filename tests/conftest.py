@@ -59,3 +59,15 @@ def world_tables(world, tmp_path_factory):
     patches_stage(["macco-micro"], caps, regions, out / "ground")
     return {"captions": out / "captions", "token_masks": out / "token_masks", "scene_graphs": out / "scene_graphs",
             "regions": out / "ground" / "regions", "patch_masks": out / "ground" / "patch_masks", "root": out}
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    """A Prefect test server per module (the end-to-end and fault tests that run the flow in-process)."""
+    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    storage = tmp_path_factory.mktemp("prefect-results")
+    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: str(storage)}):
+        with prefect_test_harness(server_startup_timeout=120):
+            yield

@@ -198,9 +198,11 @@ def result_rows(out: dict, cfg: EvalConfig) -> list[dict]:
 
 
 def append_results(table_dir: str | Path, out: dict, cfg: EvalConfig) -> dict:
-    """Append rows to the ``eval_results`` table (rewritten atomically with the old rows kept)."""
-    from data_schemas import TABLES, is_complete, read_table, write_table
+    """Append rows to the ``eval_results`` table (rewritten atomically with the old rows kept). An existing
+    table that cannot be read (damaged part, bad manifest) is an error, never replaced: its history stays."""
+    from data_schemas import TABLES, read_table, refuse_unreadable, write_table
 
     spec = TABLES["eval_results"]
-    old = read_table(spec, table_dir).to_pylist() if is_complete(table_dir) else []
+    refuse_unreadable(table_dir)
+    old = read_table(spec, table_dir).to_pylist() if (Path(table_dir) / "manifest.json").exists() else []
     return write_table(spec, table_dir, spec.from_rows(old + result_rows(out, cfg)), config={"append": True})

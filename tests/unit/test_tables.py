@@ -92,6 +92,7 @@ VIOLATIONS = {
     "regions.key_unique": lambda d: d["regions"].append(dict(d["regions"][0])),
     "regions.concept_exists": lambda d: d["regions"][0].update(concept_id=7),
     "regions.box_inside_image": lambda d: d["regions"][2].update(box_xyxy=[30.0, 2.0, 65.0, 48.0]),
+    "regions.box_finite": lambda d: d["regions"][2].update(box_xyxy=[float("nan"), 2.0, 20.0, 48.0]),
     "regions.score_in_unit_interval": lambda d: d["regions"][1].update(score=1.5),
     "regions.coverage": lambda d: d["regions"].__setitem__(slice(None), d["regions"][:1]) or
     d["patch_masks"].__setitem__(slice(None), d["patch_masks"][:1]),

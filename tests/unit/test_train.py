@@ -167,8 +167,10 @@ def test_corrupt_images_are_skipped_and_counted(world, world_tables, tmp_path):
     shutil.copytree(world, root)
     for p in list((root / "train2014").glob("*.jpg"))[:3]:
         p.write_bytes(b"broken")
-    s = train(cfg_for(root, world_tables, tmp_path / "c", max_steps=6, image_root=str(root)))
+    s = train(cfg_for(root, world_tables, tmp_path / "c", max_steps=6, image_root=str(root),
+                      max_skipped_fraction=0.9))
     assert s["skipped_images"] > 0 and s["history"][-1]["skipped_images"] == s["skipped_images"]
+    assert s["skipped_examples"] and all(e["path"].endswith(".jpg") for e in s["skipped_examples"])
 
 
 def test_cli_train(world, world_tables, tmp_path, capsys):

@@ -1,0 +1,181 @@
+"""Injected faults in the grounding, parse-shard and training stages (issue #19 items 1, 2, 3): each test fails
+on the code before the fix. Nothing is silently dropped: every bad item is an error row or a clear failure."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from data_schemas import TABLES, read_table, write_table
+from pipeline.grounding.base import Box, GroundingConfig, GroundItem
+from pipeline.stages import ground_stage
+
+
+def concepts(cid: int) -> list[dict]:
+    """'a red dog on a cat': two objects, an attribute and a relation (as the parser writes them)."""
+    base = dict(caption_id=cid, char_start=0, char_end=3, subject_id=None, object_id=None, parser="rules")
+    return [{**base, "concept_id": 0, "kind": "object", "text": "dog", "phrase": "dog"},
+            {**base, "concept_id": 1, "kind": "object", "text": "cat", "phrase": "cat"},
+            {**base, "concept_id": 2, "kind": "attribute", "text": "red", "object_id": 0, "phrase": "red dog"},
+            {**base, "concept_id": 3, "kind": "relation", "text": "on", "subject_id": 0, "object_id": 1,
+             "phrase": "dog on cat"}]
+
+
+def caption(cid: int, iid: int, file_name: str, w: int = 64, h: int = 48) -> dict:
+    return {"caption_id": cid, "image_id": iid, "file_name": file_name, "width": w, "height": h,
+            "caption": "a red dog on a cat", "split": "train"}
+
+
+class FixedGrounder:
+    """Returns the given boxes for every phrase; fails on images whose width is in ``fail_widths``."""
+    name, needs_images = "fixed", True
+
+    def __init__(self, boxes: list[tuple], fail_widths=()):
+        self.boxes, self.fail_widths, self.calls = boxes, set(fail_widths), 0
+
+    def ground(self, items):
+        self.calls += 1
+        out = []
+        for it in items:
+            if it.width in self.fail_widths:
+                raise RuntimeError(f"mean must have 1 elements (image {it.image_id})")
+            out.append([[Box(b, 0.9, p) for b in self.boxes] for p in it.phrases])
+        return out
+
+
+def errors_of(out: Path) -> list[dict]:
+    return read_table(TABLES["errors"], out / "errors").to_pylist()
+
+
+def test_non_finite_and_rejected_boxes_are_error_rows_with_unique_ids(tmp_path):
+    Image.new("RGB", (64, 48)).save(tmp_path / "a.png")
+    g = FixedGrounder([(float("nan"), 0, 10, 10), (-5, 0, 10, 10), (0, 0, 100, 10), (1, 1, 20, 20)])
+    ground_stage(GroundingConfig(), [caption(1, 1, "a.png")], concepts(1), tmp_path, tmp_path / "o", grounder=g)
+    errs = errors_of(tmp_path / "o")
+    reasons = [e["reason"] for e in errs]
+    assert reasons.count("box_not_finite") == 3  # one NaN box per object of the attribute (1) and relation (2)
+    assert reasons.count("box_outside_image") == 6
+    ids = [(e["stage"], e["item_id"], e["reason"]) for e in errs]
+    assert len(ids) == len(set(ids))  # errors.key_unique holds by construction
+    regions = read_table(TABLES["regions"], tmp_path / "o" / "regions").to_pylist()
+    assert regions and all(all(math.isfinite(v) for v in r["box_xyxy"]) for r in regions)
+
+
+def test_image_size_and_exif_orientation_checked_against_the_annotation(tmp_path):
+    Image.new("RGB", (1, 1)).save(tmp_path / "tiny.png")
+    Image.new("RGB", (200, 150)).save(tmp_path / "big.png")
+    # stored 64x48 with EXIF orientation 6 (rotate 90): displayed 48x64
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.new("RGB", (64, 48), (255, 0, 0)).save(tmp_path / "turned.jpg", exif=exif)
+    caps = [caption(1, 1, "tiny.png"), caption(2, 2, "big.png"), caption(3, 3, "turned.jpg", 48, 64),
+            caption(4, 4, "turned.jpg", 64, 48)]
+    caps[3]["image_id"] = 5  # another row claiming the stored (unturned) size
+    sg = [c for cid in (1, 2, 3, 4) for c in concepts(cid)]
+    seen = []
+
+    class Recorder(FixedGrounder):
+        def ground(self, items):
+            seen.extend((it.image_id, it.image.size) for it in items)
+            return super().ground(items)
+
+    ground_stage(GroundingConfig(), caps, sg, tmp_path, tmp_path / "o", grounder=Recorder([(1, 1, 20, 20)]))
+    errs = {e["item_id"]: e for e in errors_of(tmp_path / "o")}
+    assert errs["image:1"]["reason"] == "image_size_mismatch" and "1x1" in errs["image:1"]["message"]
+    assert errs["image:2"]["reason"] == "image_size_mismatch" and "200x150" in errs["image:2"]["message"]
+    assert errs["image:5"]["reason"] == "image_size_mismatch" and "48x64" in errs["image:5"]["message"]
+    assert seen == [(3, (48, 64))]  # the grounder sees the image as displayed
+    from pipeline.sources import read_folder_source
+
+    (tmp_path / "c.jsonl").write_text(json.dumps({"file_name": "turned.jpg", "caption": "x"}) + "\n")
+    row = read_folder_source(tmp_path / "c.jsonl").rows[0]
+    assert (row["width"], row["height"]) == (48, 64)
+
+
+def test_one_failing_image_is_an_error_row_not_a_crashed_stage(tmp_path):
+    for name, size in (("a.png", (64, 48)), ("b.png", (32, 48)), ("c.png", (64, 48))):
+        Image.new("RGB", size).save(tmp_path / name)
+    caps = [caption(1, 1, "a.png"), caption(2, 2, "b.png", 32, 48), caption(3, 3, "c.png")]
+    sg = [c for cid in (1, 2, 3) for c in concepts(cid)]
+    ground_stage(GroundingConfig(), caps, sg, tmp_path, tmp_path / "o", grounder=FixedGrounder([(1, 1, 20, 20)], {32}))
+    errs = errors_of(tmp_path / "o")
+    assert [(e["item_id"], e["reason"]) for e in errs] == [("image:2", "grounding_failed")]
+    assert "mean must have 1 elements" in errs[0]["message"]
+    regions = read_table(TABLES["regions"], tmp_path / "o" / "regions").to_pylist()
+    assert {r["caption_id"] for r in regions} == {1, 3}
+    # every image failing is a broken model, not bad data: the stage fails
+    with pytest.raises(RuntimeError, match="mean must have 1 elements"):
+        ground_stage(GroundingConfig(), caps[1:2], concepts(2), tmp_path, tmp_path / "o2",
+                     grounder=FixedGrounder([(1, 1, 20, 20)], {32}))
+
+
+def test_a_killed_parse_rerun_after_edited_captions_does_not_reuse_old_shards(world_tables, tmp_path):
+    from pipeline.stages import ParseConfig, parse_stage
+
+    caps = read_table(TABLES["captions"], world_tables["captions"]).to_pylist()[:20]
+    cfg = ParseConfig(clip_model="macco-micro", shard_size=10)
+    parse_stage(cfg, caps, tmp_path, only=[0], finalize=False)  # killed after its first shard
+    edited = [{**c, "caption": "a blue square is left of a green circle."} for c in caps]  # same count
+    parse_stage(cfg, edited, tmp_path, reuse=True)
+    sg = read_table(TABLES["scene_graphs"], tmp_path / "scene_graphs").to_pylist()
+    assert {r["caption_id"] for r in sg} == {c["caption_id"] for c in caps}
+    words = {r["text"] for r in sg if r["kind"] == "attribute"}
+    assert words == {"blue", "green"}, words  # no row from the old captions' shard
+
+
+# ---- training ----------------------------------------------------------------------------------------------
+def train_cfg(world, tables, out, **kw):
+    from model.train import load_config
+
+    base = dict(arch="macco-micro", batch_size=8, max_steps=4, workers=0, lr_clip=1e-3, lr_predictor=1e-3,
+                warmup=1, log_every=1, progress=False, out_dir=str(out), image_root=str(world),
+                tables={k: str(v) for k, v in tables.items() if k != "root"})
+    return load_config(None, [], **{**base, **kw})
+
+
+def test_training_on_unreadable_images_fails_instead_of_exporting_an_untrained_model(world, world_tables,
+                                                                                      tmp_path):
+    from model.train import TooManySkipped, train
+
+    root = tmp_path / "imgs"
+    shutil.copytree(world, root)
+    for p in (root / "train2014").glob("*.jpg"):
+        p.write_bytes(b"")  # every training image unreadable
+    with pytest.raises(TooManySkipped, match=r"8 of 8 training images .* e\.g\. caption \d+: .*\.jpg"):
+        train(train_cfg(root, world_tables, tmp_path / "r", image_root=str(root)))
+    assert not (tmp_path / "r" / "export").exists()
+
+
+def test_macco_without_any_text_mask_is_an_error(world, world_tables, tmp_path):
+    from model.train import NothingToReconstruct, train
+
+    tm = read_table(TABLES["token_masks"], world_tables["token_masks"]).to_pylist()
+    write_table(TABLES["token_masks"], tmp_path / "tm", TABLES["token_masks"].from_rows(
+        [{**r, "relation_idx": [], "attribute_idx": []} for r in tm]))
+    tables = {**world_tables, "token_masks": tmp_path / "tm"}
+    with pytest.raises(NothingToReconstruct, match="none of the .* training captions has a relation or attribute"):
+        train(train_cfg(world, tables, tmp_path / "r", mode="macco"))
+    assert train(train_cfg(world, tables, tmp_path / "ft", mode="clip-ft", max_steps=1))["steps"] == 1
+
+
+def test_resumed_training_appends_metrics_without_duplicate_steps(world, world_tables, tmp_path):
+    import csv
+
+    from model.train import train
+
+    train(train_cfg(world, world_tables, tmp_path / "r", max_steps=6, save_every=3))
+    # a kill after step 5 leaves rows 1-5 logged and the step-3 checkpoint
+    (tmp_path / "r" / "checkpoints" / "step-0000006.pt").unlink()
+    rows = list(csv.DictReader((tmp_path / "r" / "metrics.csv").open()))
+    with (tmp_path / "r" / "metrics.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows[:5])
+    s = train(train_cfg(world, world_tables, tmp_path / "r", max_steps=6, save_every=3, resume="auto"))
+    assert s["start_step"] == 3
+    steps = [int(r["step"]) for r in csv.DictReader((tmp_path / "r" / "metrics.csv").open())]
+    assert steps == [1, 2, 3, 4, 5, 6]
