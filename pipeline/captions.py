@@ -201,6 +201,23 @@ def _positive_int(value) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+def jsonl_records(path: Path):
+    """(line number, object) for every non-blank line of a JSONL file; a line that is not a JSON object is an
+    ``InputFileError`` naming file, line and the line's start."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: file not found")
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputFileError(f"{path}: line {n}: not valid JSON ({exc.msg}): {line[:80]!r}") from exc
+        if not isinstance(rec, dict):
+            raise InputFileError(f"{path}: line {n}: a JSON object expected, got {line[:80]!r}")
+        yield n, rec
+
+
 def read_caption_jsonl(path: str | Path, *, split: str, image_root: str | Path | None = None) -> CaptionRead:
     """A JSONL of ``{id, image_id, caption[, file_name, width, height, split]}``, one caption per line.
 
@@ -212,20 +229,10 @@ def read_caption_jsonl(path: str | Path, *, split: str, image_root: str | Path |
     from pipeline.sources import _Images
 
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: file not found")
     images = _Images(Path(image_root)) if image_root is not None else None
     out, seen = CaptionRead(), {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for n, rec in jsonl_records(path):
         where = f"line {n}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputFileError(f"{path}: {where}: not valid JSON ({exc})") from exc
-        if not isinstance(rec, dict):
-            raise InputFileError(f"{path}: {where}: a JSON object expected, got {line[:80]!r}")
         cid = _require(rec, "id", path, where, int)
         iid = _require(rec, "image_id", path, where, int)
         if "caption" not in rec:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from data_schemas.errors import error_row
 from data_schemas.geometry import displayed_size
-from pipeline.captions import STAGE, CaptionRead, InputFileError
+from pipeline.captions import STAGE, CaptionRead, InputFileError, jsonl_records
 
 SOURCES = ("coco", "csv", "folder", "webdataset")
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
@@ -118,21 +118,11 @@ def read_folder_source(captions_jsonl: str | Path, *, image_root: str | Path | N
                        split: str = "train") -> CaptionRead:
     """An image folder + a JSONL of ``{"file_name", "caption"[, "id", "split"]}`` (``id`` default: line - 1)."""
     path = Path(captions_jsonl)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: file not found")
     root = Path(image_root) if image_root else path.parent
     images, out = _Images(root), CaptionRead()
     seen: dict[int, int] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for n, rec in jsonl_records(path):
         where = f"{path}: line {n}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputFileError(f"{where}: not valid JSON ({exc.msg}): {line[:80]!r}") from exc
-        if not isinstance(rec, dict):
-            raise InputFileError(f"{where}: a JSON object expected, got {line[:80]!r}")
         for k in ("file_name", "caption"):
             if k not in rec:
                 raise InputFileError(f"{where}: missing field {k!r} (fields: {sorted(rec)})")

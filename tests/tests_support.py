@@ -152,6 +152,14 @@ def write_shard(path: Path, samples: list[dict]) -> Path:
 
 
 # ---- the flow under a Prefect test harness (tests/e2e) -------------------------------------------------
+def prefect_env(tmp_path: Path) -> dict:
+    """The environment of a ``macco run`` subprocess with its own Prefect home and ephemeral server."""
+    import os
+
+    return {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL": "",
+            "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(tmp_path / "results"), "OMP_NUM_THREADS": "1"}
+
+
 def task_states(flow_run_id) -> dict[str, list[str]]:
     from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId

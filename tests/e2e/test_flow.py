@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests_support import DATA, run_flow_states as run
+from tests_support import DATA, prefect_env as _env, run_flow_states as run
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -93,11 +93,6 @@ def test_single_stage_needs_its_upstream_and_validation_gates_training(harness, 
     with pytest.raises(ValidationFailed, match="regions.coverage"):
         macco_pipeline(config=str(cfg))
     assert not (tmp_path / "artifacts" / "runs").exists()
-
-
-def _env(tmp_path: Path) -> dict:
-    return {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL": "",
-            "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(tmp_path / "results"), "OMP_NUM_THREADS": "1"}
 
 
 def test_killed_during_grounding_resumes_to_identical_tables(tmp_path):

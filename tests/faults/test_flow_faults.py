@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests_support import DATA, run_flow_states
+from tests_support import DATA, prefect_env as env, run_flow_states
 
 pytestmark = pytest.mark.e2e
 UP_TO_TRAIN = ["world", "captions", "parse", "ground", "masks", "validate", "train"]
@@ -27,11 +27,6 @@ def config(tmp_path: Path, **over) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     return tmp_path / "c.yaml"
-
-
-def env(tmp_path: Path) -> dict:
-    return {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL": "",
-            "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(tmp_path / "results"), "OMP_NUM_THREADS": "1"}
 
 
 def macco_run(cfg: Path, tmp_path: Path, **kw):
