@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from .losses import LossWeights
-from .task import MaccoConfig, MaccoTask
+from .task import MODES, MaccoConfig, MaccoTask
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,17 @@ class TrainConfig:
     progress: bool = True
     cpu_keep_freed_memory: bool = True  # CPU: glibc keeps freed memory for reuse (see keep_freed_cpu_memory)
 
+    def __post_init__(self):
+        for key, allowed in CHOICES.items():
+            value = getattr(self, key)
+            if value not in allowed:
+                raise ValueError(f"train config {key}: {value!r} is not one of {list(allowed)}")
+
+
+# the enum-like fields: a typo (precision: bf-16) is an error, never a silent fallback
+CHOICES = {"mode": (*MODES, "scene"), "logit_scale_group": ("predictor", "clip"),
+           "precision": ("auto", "fp32", "bf16", "fp16"), "fused_adamw": ("auto", "on", "off")}
+
 
 # ---- config -----------------------------------------------------------------------------------------------
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **kw) -> TrainConfig:
@@ -111,6 +122,10 @@ def _coerce(key: str, value, type_name: str):
             raise ValueError(f"train config {key}: None is not allowed ({type_name})")
         return None
     base = type_name.split(" | ")[0]
+    if base == "str" and isinstance(value, bool):  # YAML 1.1 reads on/off/yes/no as booleans
+        if "on" in CHOICES.get(key, ()):
+            return "on" if value else "off"
+        raise ValueError(f"train config {key}: YAML read {value!r} as a boolean; quote the value")
     try:
         if base == "float":
             return float(value)

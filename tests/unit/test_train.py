@@ -58,6 +58,17 @@ def test_cpu_training_keeps_freed_memory_instead_of_faulting_it_back_in():
     assert applied and before > 3 * 30_000 and after < 1_000
 
 
+def test_enum_like_options_are_checked_and_yaml_booleans_read_as_on_off():
+    assert load_config(None, ["fused_adamw=on"]).fused_adamw == "on"  # YAML reads `on` as True
+    assert load_config(None, ["fused_adamw=off"]).fused_adamw == "off"
+    with pytest.raises(ValueError, match=r"precision: 'bf-16' is not one of \['auto', 'fp32', 'bf16', 'fp16'\]"):
+        load_config(None, ["precision=bf-16"])
+    with pytest.raises(ValueError, match=r"mode: 'maco' is not one of"):
+        load_config(None, ["mode=maco"])
+    with pytest.raises(ValueError, match="YAML read True as a boolean; quote the value"):
+        load_config(None, ["device=yes"])
+
+
 def test_schedule_is_the_reference_cosine():
     f = warmup_cosine(50, 1000)
     assert f(0) == pytest.approx(1 / 50) and f(49) == pytest.approx(1.0)
