@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 def train_steps(mode: str, batch: int = 256, steps: int = 20, compile_: bool = False) -> dict:
     import torch
 
-    from model.train import TrainConfig, build_task, make_optimizer
+    from model.optim import make_optimizer
+    from model.train import TrainConfig, build_task
     from train_step import synthetic_batch
 
     dev = torch.device("cuda")

@@ -32,11 +32,13 @@ def stepper(arch: str, mode: str, batch: int):
     """A function running one optimiser step of ``mode`` on fixed random inputs; returns its seconds."""
     import torch
 
-    from model.train import TrainConfig, build_task, keep_freed_cpu_memory, make_optimizer
+    from model.optim import make_optimizer
+    from model.runtime import keep_freed_cpu_memory
+    from model.train import TrainConfig, build_task
 
     torch.manual_seed(0)
     cfg = TrainConfig(arch=arch, mode=mode)
-    keep_freed_cpu_memory()  # as the training loop does on CPU (cpu_keep_freed_memory), for both modes
+    keep_freed_cpu_memory()  # as the launchers do on CPU (cpu_keep_freed_memory), for both modes
     task = build_task(cfg)
     opt = make_optimizer(task, cfg, torch.device("cpu"))  # as the training loop builds it
     images, texts, tm, im = synthetic_batch(task, batch, "cpu")

@@ -222,7 +222,7 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
             raise ValueError(f"config train: unknown TrainConfig field(s) {bad}")
     train_tables = {k: tables[k] for k in ("captions", "token_masks", "scene_graphs", "regions")}
     model_code = _version("model.task", "model.masked", "model.predictors", "model.losses", "model.data",
-                          "model.scene", "model.train", "model.export")
+                          "model.scene", "model.train", "model.optim", "model.runlog", "model.export")
     table_hashes = [parse["content_hash"], ground["content_hash"], captions["content_hash"]]
 
     def settings_for(over: dict, seed: int, init: dict | None) -> tuple[dict, str]:

@@ -248,7 +248,7 @@ def _train_progress(name: str, logger):
     """The training's log rows as flow log lines and a Prefect progress artifact (steps done)."""
     from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-    from model.train import format_log_row
+    from model.runlog import format_log_row
 
     artifact = create_progress_artifact(progress=0.0, key=artifact_key(f"train-{name}"),
                                         description=f"train {name}: steps done")
@@ -291,9 +291,12 @@ def train_task(name: str, settings: dict, out: str, key: str, nproc: int = 1) ->
             raise RuntimeError(f"torchrun for run {name} failed with exit code {proc.returncode}")
         summary = json.loads((out / "run" / "summary.json").read_text())
     else:
+        from model.runtime import apply_process_settings
         from model.train import load_config, train
 
-        summary = train(load_config(None, [], **settings), on_log=_train_progress(name, logger))
+        cfg = load_config(None, [], **settings)
+        apply_process_settings(cfg.cpu_keep_freed_memory, cfg.device)  # this process trains: the launcher's call
+        summary = train(cfg, on_log=_train_progress(name, logger))
     last = summary["history"][-1] if summary["history"] else {}
     logger.info("train %s: %d steps, last %s", name, summary["steps"],
                 {k: v for k, v in last.items() if k.endswith("loss")})

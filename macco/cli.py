@@ -272,9 +272,11 @@ def cmd_show_masks(args) -> int:
 
 
 def cmd_train(args, extra=()) -> int:
+    from model.runtime import apply_process_settings
     from model.train import load_config, progress_printer, train
 
     cfg = load_config(args.config, list(extra))
+    apply_process_settings(cfg.cpu_keep_freed_memory, cfg.device)
     summary = train(cfg, progress_printer(cfg))
     last = summary["history"][-1] if summary["history"] else {}
     print(json.dumps({"steps": summary["steps"], "last": last, "export": summary.get("export")}, indent=2))

@@ -11,14 +11,11 @@ Reference decisions (macco-reference.md §7), each a config field where it chang
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import logging
 import math
 import os
 import random
-import sys
-import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
@@ -26,6 +23,7 @@ from typing import Callable
 import torch
 
 from .losses import LossWeights
+from .runlog import RunLog, SkipCount, TooManySkipped, format_log_row, progress_printer  # noqa: F401 (API)
 from .task import MODES, MaccoConfig, MaccoTask
 
 log = logging.getLogger(__name__)
@@ -150,62 +148,6 @@ def _coerce(key: str, value, type_name: str):
     return value
 
 
-# ---- optimisation -----------------------------------------------------------------------------------------
-def param_groups(task: MaccoTask, cfg: TrainConfig) -> list[dict]:
-    """Group 0: CLIP no-decay (ndim < 2, bn/ln/bias/logit_scale); 1: CLIP decay; 2: predictors + mask tokens."""
-    g0, g1, g2 = [], [], []
-    for name, p in task.named_parameters():
-        if not p.requires_grad:
-            continue
-        if name == "clip.logit_scale":
-            (g2 if cfg.logit_scale_group == "predictor" else g0).append(p)
-        elif name.startswith("clip."):
-            excl = p.ndim < 2 or any(s in name for s in ("bn", "ln", "bias", "logit_scale"))
-            (g0 if excl else g1).append(p)
-        else:
-            g2.append(p)
-    return [{"params": g0, "lr": cfg.lr_clip, "weight_decay": 0.0, "name": "clip_no_decay"},
-            {"params": g1, "lr": cfg.lr_clip, "weight_decay": cfg.wd, "name": "clip_decay"},
-            {"params": g2, "lr": cfg.lr_predictor, "weight_decay": cfg.predictor_wd, "name": "predictor"}]
-
-
-def make_optimizer(task, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW over the reference's three parameter groups; the fused kernel on CUDA and CPU unless turned off
-    (on CPU it is ~5x the per-parameter loop on the tiny model's 7.4 M parameters)."""
-    fused = cfg.fused_adamw == "on" or (cfg.fused_adamw == "auto" and device.type in ("cuda", "cpu"))
-    return torch.optim.AdamW(param_groups(task, cfg), betas=cfg.betas, eps=cfg.eps, fused=fused or None)
-
-
-def keep_freed_cpu_memory() -> bool:
-    """Make glibc's malloc keep freed memory for reuse, as a caching allocator (CUDA's, jemalloc) does.
-
-    By default glibc hands a freed heap top above its (dynamic, at most 64 MB) trim threshold back to the OS, and
-    the next step page-faults it in again. A MACCO step frees and re-grows more than that each step (two copies
-    of every activation): 18–23k minor page faults per step on the tiny model at batch 32, against none for
-    CLIP-FT's smaller swing. Raising the mmap and trim thresholds (both: setting only the trim threshold pins the
-    mmap threshold at 128 kB, far worse) removes them. Process-wide and glibc-only; returns whether it applied.
-    RSS then stays at the step's peak, as it does on a GPU with the caching allocator."""
-    import ctypes
-    import platform
-
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    libc = ctypes.CDLL("libc.so.6")
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    limit = 1 << 30
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, limit)) and bool(libc.mallopt(M_TRIM_THRESHOLD, limit))
-
-
-def warmup_cosine(warmup: int, total: int):
-    """lr factor: (step + 1) / warmup during warmup, then cosine to 0 at ``total`` (the reference's cosine_lr)."""
-    def f(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        e, es = step - warmup, max(total - warmup, 1)
-        return 0.5 * (1 + math.cos(math.pi * e / es))
-    return f
-
-
 # ---- helpers ----------------------------------------------------------------------------------------------
 def _dist_env() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
@@ -227,30 +169,8 @@ class NonFiniteLoss(FloatingPointError):
     pass
 
 
-class TooManySkipped(RuntimeError):
-    """More unreadable training images than ``max_skipped_fraction`` allows: the run would report success on
-    data it did not use."""
-
-
 class NothingToReconstruct(ValueError):
     """A mode with a reconstruction term whose data hold no mask for it: the term would be 0 throughout."""
-
-
-def keep_rows_through(metrics: Path, step: int) -> None:
-    """Drop the rows of ``metrics.csv`` after ``step`` (atomically): a resumed run re-logs them."""
-    if not metrics.exists():
-        return
-    with metrics.open(newline="") as f:
-        reader = csv.DictReader(f)
-        rows = [r for r in reader if int(r["step"]) <= step]
-        header = reader.fieldnames
-    tmp = metrics.with_name(metrics.name + ".tmp")
-    with tmp.open("w", newline="") as f:
-        if header:
-            w = csv.DictWriter(f, fieldnames=header)
-            w.writeheader()
-            w.writerows(rows)
-    os.replace(tmp, metrics)
 
 
 def check_masks(task, samples: list, counts: dict, cfg: TrainConfig) -> None:
@@ -310,24 +230,39 @@ def build_task(cfg: TrainConfig, vocab=None):
 
 
 # ---- training ---------------------------------------------------------------------------------------------
-def format_log_row(name: str, row: dict) -> str:
-    """One progress line: step/total, the loss terms, samples/s and the time left."""
-    eta = int(round(row["eta_s"]))
-    losses = " ".join(f"{k.removesuffix('_loss')} {v:.4f}" for k, v in row.items() if k.endswith("_loss"))
-    return (f"train {name}: step {row['step']}/{row['total_steps']} ({100 * row['step'] / row['total_steps']:.0f} %)"
-            f" | {losses} | {row['samples_per_s']:.0f} samples/s | ETA {eta // 60}m{eta % 60:02d}s")
+@dataclass
+class TrainState:
+    """Everything a step needs, built once by ``setup``."""
+    cfg: TrainConfig
+    task: torch.nn.Module  # MaccoTask or SceneTask (what is saved and exported)
+    model: torch.nn.Module  # the task, wrapped for DDP / compiled (what runs the step)
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler
+    device: torch.device
+    amp_dtype: torch.dtype | None
+    loader: object
+    total: int  # steps of the whole run
+    start: int  # the step it starts at (> 0 when resumed)
+    rank: int
+    world: int
+    counts: dict  # build_samples' counts
+    out_dir: Path
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
 
 
-def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dict:
-    """Train one run. ``on_log`` gets every logged row (each ``log_every`` steps) with ``total_steps``,
-    ``samples_per_s`` and ``eta_s`` added: the flow's logger and progress artifact, the CLI's progress lines."""
+def setup(cfg: TrainConfig) -> TrainState:
+    """Process group, device, seeds, task, data, optimiser and schedule, then the checkpoint to resume from."""
     import open_clip
     from torch.utils.data import DataLoader
 
     from data_schemas.geometry import Geometry
 
     from .data import DataConfig, EpochBatchSampler, MaccoDataset, build_samples, collate
-    from .export import export_clip
+    from .optim import make_optimizer, warmup_cosine
 
     rank, world, local_rank = _dist_env()
     if world > 1 and not torch.distributed.is_initialized():
@@ -337,15 +272,10 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dic
         device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
     else:
         device = torch.device(cfg.device)
-    if device.type == "cpu" and cfg.cpu_keep_freed_memory:
-        keep_freed_cpu_memory()
     if device.type == "cuda":
         torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
-    out_dir = Path(cfg.out_dir)
 
     scenes = vocab = None
     if cfg.mode == "scene":
@@ -357,16 +287,15 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dic
     visual = task.clip.visual
     patch = visual.patch_size[0] if isinstance(visual.patch_size, (tuple, list)) else visual.patch_size
     grid = visual.grid_size[0] if isinstance(visual.grid_size, (tuple, list)) else visual.grid_size
-    geo = Geometry(grid * patch, patch)
     samples, counts = build_samples({k: Path(v) for k, v in cfg.tables.items()}, cfg.split,
                                     hard_negatives=cfg.hardneg, seed=cfg.seed)
     check_masks(task, samples, counts, cfg)
     dcfg = DataConfig(image_root=cfg.image_root, split=cfg.split, crop_scale=cfg.crop_scale, rect_prob=cfg.rect_prob,
                       rect_ratio=cfg.rect_ratio)
     tokenizer = open_clip.get_tokenizer("ViT-B-32") if cfg.hardneg else None
-    dataset = MaccoDataset(samples, dcfg, geo, seed=cfg.seed, tokenizer=tokenizer, scenes=scenes)
-    micro = cfg.batch_size // cfg.accum_steps
-    if micro * cfg.accum_steps != cfg.batch_size:
+    dataset = MaccoDataset(samples, dcfg, Geometry(grid * patch, patch), seed=cfg.seed, tokenizer=tokenizer,
+                           scenes=scenes)
+    if cfg.batch_size % cfg.accum_steps:
         raise ValueError(f"batch_size {cfg.batch_size} is not divisible by accum_steps {cfg.accum_steps}")
     steps_per_epoch = len(samples) // (cfg.batch_size * world)
     total = cfg.max_steps or steps_per_epoch * cfg.epochs
@@ -376,155 +305,118 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dic
     opt = make_optimizer(task, cfg, device)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.warmup, total))
     precision = cfg.precision if cfg.precision != "auto" else ("bf16" if device.type == "cuda" else "fp32")
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-
-    start = 0
-    resume = latest_checkpoint(out_dir) if cfg.resume == "auto" else (Path(cfg.resume) if cfg.resume else None)
-    if resume is not None:
-        ck = torch.load(resume, map_location="cpu", weights_only=True)
-        task.load_state_dict(ck["task"])
-        opt.load_state_dict(ck["optimizer"])
-        sched.load_state_dict(ck["scheduler"])
-        scaler.load_state_dict(ck["scaler"])
-        start = int(ck["step"])
-        torch.set_rng_state(ck["rng"]["torch"])
-        random.setstate(ck["rng"]["python"])
-
-    model = task
+    state = TrainState(cfg, task, task, opt, sched, scaler, device,
+                       {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision), None, total, 0, rank, world,
+                       counts, Path(cfg.out_dir))
+    ck = latest_checkpoint(state.out_dir) if cfg.resume == "auto" else (Path(cfg.resume) if cfg.resume else None)
+    if ck is not None:
+        resume(state, ck)
     if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(
+        state.model = torch.nn.parallel.DistributedDataParallel(
             task, device_ids=[device.index] if device.type == "cuda" else None,
             find_unused_parameters=cfg.mode != "macco")
     if cfg.compile:
-        model = torch.compile(model)
+        state.model = torch.compile(state.model)
+    sampler = EpochBatchSampler(len(samples), cfg.batch_size, cfg.seed, state.start, total, rank, world)
+    state.loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=cfg.workers,
+                              pin_memory=device.type == "cuda", persistent_workers=False)
+    return state
 
-    sampler = EpochBatchSampler(len(samples), cfg.batch_size, cfg.seed, start, total, rank, world)
-    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=cfg.workers,
-                        pin_memory=device.type == "cuda", persistent_workers=False)
 
-    def save(step: int) -> Path:
-        path = out_dir / "checkpoints" / f"step-{step:07d}.pt"
-        _atomic_save({"task": task.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                      "scaler": scaler.state_dict(), "step": step, "config": asdict(cfg),
-                      "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}}, path)
-        return path
+def save(state: TrainState, step: int) -> Path:
+    """A resumable checkpoint: task, optimiser, schedule, scaler, step and the RNG states."""
+    path = state.out_dir / "checkpoints" / f"step-{step:07d}.pt"
+    _atomic_save({"task": state.task.state_dict(), "optimizer": state.opt.state_dict(),
+                  "scheduler": state.sched.state_dict(), "scaler": state.scaler.state_dict(), "step": step,
+                  "config": asdict(state.cfg), "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}},
+                 path)
+    return path
 
-    is_main = rank == 0
-    writer = None
-    log_file = None
-    if is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=2, default=str))
-        try:
-            from torch.utils.tensorboard import SummaryWriter
 
-            writer = SummaryWriter(str(out_dir / "logs"))
-        except ImportError:
-            writer = None
-        log_path = out_dir / "metrics.csv"
-        if start > 0:
-            keep_rows_through(log_path, start)  # a killed run logged steps past its last checkpoint
-        log_file = open(log_path, "a", newline="")
-    csv_writer = None
-    history: list[dict] = []
-    skipped = 0
-    check_every = 1 if device.type == "cpu" else max(cfg.log_every, 1)
-    clamp_max = math.log(100)
-    bar = None
-    if is_main and cfg.progress:
-        from tqdm import tqdm
+def resume(state: TrainState, path: Path) -> None:
+    """``save``'s inverse: the run continues at the saved step with the same schedule and randomness."""
+    ck = torch.load(path, map_location="cpu", weights_only=True)
+    state.task.load_state_dict(ck["task"])
+    state.opt.load_state_dict(ck["optimizer"])
+    state.sched.load_state_dict(ck["scheduler"])
+    state.scaler.load_state_dict(ck["scaler"])
+    state.start = int(ck["step"])
+    torch.set_rng_state(ck["rng"]["torch"])
+    random.setstate(ck["rng"]["python"])
 
-        bar = tqdm(total=total, initial=start, desc=f"train {cfg.mode}", dynamic_ncols=True)
-    t0 = time.perf_counter()
-    step = start
-    it = iter(loader)
-    skipped_items: list[tuple] = []
-    for step in range(start, total):
-        batch = next(it)
-        skipped_now = batch.pop("skipped")
-        if skipped_now:
-            skipped += len(skipped_now)
-            skipped_items += skipped_now[:max(0, 20 - len(skipped_items))]
-            drawn = (step + 1 - start) * cfg.batch_size
-            if skipped > cfg.max_skipped_fraction * drawn and drawn >= cfg.batch_size:
-                raise TooManySkipped(f"{skipped} of {drawn} training images drawn so far could not be read (more "
-                                     f"than max_skipped_fraction={cfg.max_skipped_fraction}); e.g. "
-                                     + "; ".join(f"caption {c}: {p} ({why})" for c, p, why in skipped_items[:3]))
-        if "image" not in batch:  # nothing usable (allowed by max_skipped_fraction): the schedule still moves
-            sched.step()
-            continue
-        host = batch
-        batch = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
-        terms_acc: dict[str, torch.Tensor] = {}
-        log_now = is_main and ((step + 1) % max(cfg.log_every, 1) == 0 or step + 1 == total)
-        for m in range(cfg.accum_steps):
-            sl = slice(m * micro, (m + 1) * micro)
-            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                if cfg.mode == "scene":
-                    out = model(batch["image"][sl], batch["scene"][sl], stats=log_now)
-                else:
-                    # the step's shapes from the host copy of the batch: no device sync inside the step
-                    sizes = task.step_sizes(host["text"][sl], host["text_mask"][sl], host["image_mask"][sl])
-                    out = model(batch["image"][sl], batch["text"][sl], batch["text_mask"][sl],
-                                batch["image_mask"][sl], batch["hard_text"][sl] if "hard_text" in batch else None,
-                                stats=log_now, sizes=sizes)
-            scaler.scale(out["total_loss"] / cfg.accum_steps).backward()
-            for k, v in out.items():
-                terms_acc[k] = terms_acc.get(k, 0) + v.detach().float() / cfg.accum_steps
-        if (step + 1) % check_every == 0 or step == start:
-            if not torch.isfinite(terms_acc["total_loss"]):
-                raise NonFiniteLoss(f"non-finite loss at step {step}: "
-                                    f"{ {k: float(v) for k, v in terms_acc.items()} }")
-        lrs = [g["lr"] for g in opt.param_groups]  # this step's learning rates, for the log
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
-        sched.step()
-        with torch.no_grad():
-            task.clip.logit_scale.clamp_(0, clamp_max)
-        if log_now:
-            row = {"step": step + 1, "lr_clip": lrs[0], "lr_predictor": lrs[2],
-                   **{k: round(float(v), 6) for k, v in terms_acc.items()}, "skipped_images": skipped,
-                   "elapsed_s": round(time.perf_counter() - t0, 2)}
-            history.append(row)
-            if csv_writer is None:
-                csv_writer = csv.DictWriter(log_file, fieldnames=list(row))
-                if log_file.tell() == 0:
-                    csv_writer.writeheader()
-            csv_writer.writerow(row)
-            log_file.flush()
-            if writer is not None:
-                for k, v in row.items():
-                    if k != "step":
-                        writer.add_scalar(k, v, step + 1)
-            if bar is not None:
-                bar.set_postfix(total=f"{row['total_loss']:.3f}")
-            if on_log is not None:
-                done, elapsed = step + 1 - start, time.perf_counter() - t0
-                on_log({**row, "total_steps": total, "samples_per_s": done * cfg.batch_size * world / elapsed,
-                        "eta_s": elapsed / done * (total - step - 1)})
-        if bar is not None:
-            bar.update(1)
-        if is_main and cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < total:
-            save(step + 1)
-    if bar is not None:
-        bar.close()
-    summary: dict = {"steps": total, "start_step": start, "samples": counts, "skipped_images": skipped,
-                     "skipped_examples": [{"caption_id": c, "path": p, "error": why} for c, p, why in skipped_items],
-                     "history": history}
-    if skipped:
-        log.warning("train %s: %d unreadable image(s) skipped, e.g. %s", cfg.mode, skipped,
+
+def train_step(state: TrainState, batch: dict, step: int, stats: bool) -> tuple[dict[str, torch.Tensor], dict]:
+    """One optimiser step over ``batch`` (in ``accum_steps`` micro-batches): the loss terms (detached, averaged
+    over micro-batches) and the learning rates the step used, by parameter group name."""
+    cfg, task, device = state.cfg, state.task, state.device
+    micro = cfg.batch_size // cfg.accum_steps
+    host = batch
+    batch = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+    terms: dict[str, torch.Tensor] = {}
+    for m in range(cfg.accum_steps):
+        sl = slice(m * micro, (m + 1) * micro)
+        with torch.autocast(device.type, dtype=state.amp_dtype, enabled=state.amp_dtype is not None):
+            if cfg.mode == "scene":
+                out = state.model(batch["image"][sl], batch["scene"][sl], stats=stats)
+            else:
+                # the step's shapes from the host copy of the batch: no device sync inside the step
+                sizes = task.step_sizes(host["text"][sl], host["text_mask"][sl], host["image_mask"][sl])
+                out = state.model(batch["image"][sl], batch["text"][sl], batch["text_mask"][sl],
+                                  batch["image_mask"][sl], batch["hard_text"][sl] if "hard_text" in batch else None,
+                                  stats=stats, sizes=sizes)
+        state.scaler.scale(out["total_loss"] / cfg.accum_steps).backward()
+        for k, v in out.items():
+            terms[k] = terms.get(k, 0) + v.detach().float() / cfg.accum_steps
+    check_every = 1 if device.type == "cpu" else max(cfg.log_every, 1)  # a finite check syncs the GPU
+    if ((step + 1) % check_every == 0 or step == state.start) and not torch.isfinite(terms["total_loss"]):
+        raise NonFiniteLoss(f"non-finite loss at step {step}: { {k: float(v) for k, v in terms.items()} }")
+    lrs = {g["name"]: g["lr"] for g in state.opt.param_groups}
+    state.scaler.step(state.opt)
+    state.scaler.update()
+    state.opt.zero_grad(set_to_none=True)
+    state.sched.step()
+    with torch.no_grad():
+        task.clip.logit_scale.clamp_(0, math.log(100))
+    return terms, lrs
+
+
+def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dict:
+    """Train one run; returns its summary (and on rank 0 writes the final checkpoint and the export). ``on_log``
+    gets every logged row with ``total_steps``, ``samples_per_s`` and ``eta_s`` added. Process-wide settings
+    (allocator, TF32) are the launcher's: ``model.runtime.apply_process_settings``."""
+    from .export import export_clip
+
+    state = setup(cfg)
+    run_log, skips = RunLog(state, on_log), SkipCount(cfg)
+    batches = iter(state.loader)
+    try:
+        for step in range(state.start, state.total):
+            batch = next(batches)
+            skips.add(batch.pop("skipped"), step + 1 - state.start)
+            if "image" not in batch:  # nothing usable (allowed by max_skipped_fraction): the schedule moves on
+                state.sched.step()
+                continue
+            log_now = run_log.due(step)
+            terms, lrs = train_step(state, batch, step, stats=log_now)
+            if log_now:
+                run_log.log(step, terms, lrs, skips.n)
+            run_log.advance()
+            if state.is_main and cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < state.total:
+                save(state, step + 1)
+    finally:
+        run_log.close()
+    summary = {"steps": state.total, "start_step": state.start, "samples": state.counts, **skips.summary(),
+               "history": run_log.history}
+    if skips.n:
+        log.warning("train %s: %d unreadable image(s) skipped, e.g. %s", cfg.mode, skips.n,
                     summary["skipped_examples"][:3])
-    if is_main:
-        summary["checkpoint"] = str(save(total))
-        summary["export"] = export_clip(task.clip, resolve_export_arch(cfg), out_dir / "export",
-                                        meta={"mode": cfg.mode, "steps": total, "seed": cfg.seed})
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-        log_file.close()
-        if writer is not None:
-            writer.close()
-    if world > 1:
+    if state.is_main:
+        summary["checkpoint"] = str(save(state, state.total))
+        summary["export"] = export_clip(state.task.clip, resolve_export_arch(cfg), state.out_dir / "export",
+                                        meta={"mode": cfg.mode, "steps": state.total, "seed": cfg.seed})
+        (state.out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    if state.world > 1:
         torch.distributed.barrier()
     return summary
 
@@ -540,15 +432,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--config", help="YAML/JSON file with the train settings (a top-level 'train:' key is allowed)")
     args, overrides = ap.parse_known_args(argv)
     cfg = load_config(args.config, overrides)
+    from .runtime import apply_process_settings
+
+    apply_process_settings(cfg.cpu_keep_freed_memory, cfg.device)  # the launcher's process-wide settings
     return train(cfg, progress_printer(cfg))
-
-
-def progress_printer(cfg: TrainConfig) -> Callable[[dict], None] | None:
-    """Without a progress bar (the flow's torchrun runs, ``progress: false``): one line per logged step on
-    stderr (stdout stays for results)."""
-    if cfg.progress:
-        return None
-    return lambda row: print(format_log_row(cfg.mode, row), file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -23,12 +23,23 @@ def gdino(tmp_path_factory):
     return build_tiny_hf_groundingdino(tmp_path_factory.mktemp("gdino"))
 
 
-def flow_log_lines(text: str) -> list[str]:
+def flow_log_lines(text: str, wait_s: float = 30.0) -> list[str]:
+    """The flow's log lines containing ``text``, read back from the API (logs are shipped in the background:
+    drained first, then polled)."""
+    import time
+
     from prefect import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterTextSearch
+    from prefect.logging.handlers import APILogWorker
 
-    with get_client(sync_client=True) as c:
-        return [log.message for log in c.read_logs(log_filter=LogFilter(text=LogFilterTextSearch(query=text)))]
+    APILogWorker.drain_all()
+    deadline = time.time() + wait_s
+    while True:
+        with get_client(sync_client=True) as c:
+            lines = [log.message for log in c.read_logs(log_filter=LogFilter(text=LogFilterTextSearch(query=text)))]
+        if lines or time.time() > deadline:
+            return lines
+        time.sleep(0.5)
 
 
 def progress_artifact(key: str) -> float:

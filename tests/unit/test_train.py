@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from model import register_model_configs
-from model.train import NonFiniteLoss, load_config, param_groups, train, warmup_cosine
+from model.optim import param_groups, warmup_cosine
+from model.train import NonFiniteLoss, load_config, train
 
 
 def cfg_for(world, tables, out, **kw):
@@ -39,7 +40,7 @@ def test_cpu_training_keeps_freed_memory_instead_of_faulting_it_back_in():
         pytest.skip("glibc only")
     code = textwrap.dedent("""
         import resource, torch
-        from model.train import keep_freed_cpu_memory
+        from model.runtime import keep_freed_cpu_memory
         def faults():
             r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             for _ in range(3):
