@@ -66,7 +66,8 @@ def main(train_only: bool = False) -> None:
     from PIL import Image
 
     import ground as gbench
-    from pipeline.grounding.base import GroundingConfig, GroundItem, make_grounder
+    from pipeline.grounding import make_grounder
+    from pipeline.grounding.base import GroundingConfig, GroundItem
 
     with tempfile.TemporaryDirectory() as d:
         files = gbench.build("full", Path(d))

@@ -47,7 +47,8 @@ def main(n_images: int = 16, batch: int = 8, size: int = 224, kinds=("tiny", "fu
     import torch
     from PIL import Image
 
-    from pipeline.grounding.base import GroundingConfig, GroundItem, make_grounder
+    from pipeline.grounding import make_grounder
+    from pipeline.grounding.base import GroundingConfig, GroundItem
 
     torch.manual_seed(0)
     results = {}

@@ -273,7 +273,8 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
     ``inputs``: a content hash of the captions, scene graphs, instances and images when the caller has one
     (the flow's stage key), else computed from the rows; unfinished shards are reused only with the same.
     """
-    from pipeline.grounding.base import GroundItem, make_grounder
+    from pipeline.grounding import backend_module, make_grounder
+    from pipeline.grounding.base import GroundItem
 
     loaded = {"g": grounder}
     by_caption: dict[int, list[dict]] = {}
@@ -339,7 +340,7 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
         return {"regions": regions, "errors": errors}
 
     conf = {k: v for k, v in asdict(cfg).items() if k not in ("device", "batch_size")}
-    ver = code_version("pipeline.grounding.base", f"pipeline.grounding.{_backend_module(cfg.backend)}",
+    ver = code_version("pipeline.grounding", "pipeline.grounding.base", backend_module(cfg.backend),
                        "pipeline.stages")
     if inputs is None:
         inputs = content_hash([[images[i]["captions"] for i in image_ids], scene_graphs,
@@ -398,10 +399,6 @@ def _ground_each(grounder, items: list, errors: list) -> list:
             raise batch_exc
         errors.extend(failed)
         return found
-
-
-def _backend_module(backend: str) -> str:
-    return {"annotations": "annotations", "groundingdino": "groundingdino", "hf": "hf"}[backend]
 
 
 def read_instances(root: str | Path, splits: Iterable[str]) -> dict[int, list[dict]]:

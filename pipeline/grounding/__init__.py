@@ -1,0 +1,34 @@
+"""Grounding backends behind one factory: ``make_grounder(cfg)`` (the backends import ``base``; nothing here
+imports a backend before it is asked for, so the package stays light)."""
+from __future__ import annotations
+
+import importlib
+import threading
+
+from .base import Grounder, GroundingConfig
+
+# backend name -> (module in this package, class)
+BACKENDS = {"annotations": ("annotations", "AnnotationsGrounder"),
+            "groundingdino": ("groundingdino", "GroundingDinoGrounder"),
+            "hf": ("hf", "HFGroundingDinoGrounder")}
+_LOAD_LOCK = threading.Lock()
+
+
+def backend_module(backend: str) -> str:
+    """The dotted module of a backend (its code is part of the ground stage's version)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown grounding backend {backend!r} ({' | '.join(BACKENDS)})")
+    return f"{__name__}.{BACKENDS[backend][0]}"
+
+
+def make_grounder(cfg: GroundingConfig, instances: dict | None = None) -> Grounder:
+    """The configured backend. Model loading is serialised: the flow maps shards over threads, and
+    transformers' loader builds the model on the meta device through process-wide state (two threads loading
+    at once leave meta tensors behind)."""
+    cls = getattr(importlib.import_module(backend_module(cfg.backend)), BACKENDS[cfg.backend][1])
+    if cfg.backend == "annotations":
+        if instances is None:
+            raise ValueError("the annotations backend needs the dataset's instance annotations")
+        return cls(instances)
+    with _LOAD_LOCK:
+        return cls(cfg)

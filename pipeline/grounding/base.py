@@ -7,7 +7,6 @@ hand-made logits with known answers.
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
@@ -139,32 +138,3 @@ def ground_in_batches(items: Sequence[GroundItem], cfg: GroundingConfig,
                                            cfg.box_threshold, cfg.text_threshold, it.width, it.height,
                                            cfg.max_boxes_per_phrase)
     return results
-
-
-_LOAD_LOCK = threading.Lock()
-
-
-def make_grounder(cfg: GroundingConfig, instances: dict | None = None) -> Grounder:
-    """The configured backend. Model loading is serialised: the flow maps shards over threads, and
-    transformers' loader builds the model on the meta device through process-wide state (two threads loading
-    at once leave meta tensors behind)."""
-    with _LOAD_LOCK:
-        return _make_grounder(cfg, instances)
-
-
-def _make_grounder(cfg: GroundingConfig, instances: dict | None) -> Grounder:
-    if cfg.backend == "annotations":
-        from .annotations import AnnotationsGrounder
-
-        if instances is None:
-            raise ValueError("the annotations backend needs the dataset's instance annotations")
-        return AnnotationsGrounder(instances)
-    if cfg.backend == "groundingdino":
-        from .groundingdino import GroundingDinoGrounder
-
-        return GroundingDinoGrounder(cfg)
-    if cfg.backend == "hf":
-        from .hf import HFGroundingDinoGrounder
-
-        return HFGroundingDinoGrounder(cfg)
-    raise ValueError(f"unknown grounding backend {cfg.backend!r} (annotations | groundingdino | hf)")

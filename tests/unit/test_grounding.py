@@ -3,8 +3,9 @@ import pytest
 from PIL import Image
 
 from data_schemas import TABLES, read_table
+from pipeline.grounding import make_grounder
 from pipeline.grounding.annotations import AnnotationsGrounder
-from pipeline.grounding.base import (GroundingConfig, GroundItem, build_prompt, make_grounder,
+from pipeline.grounding.base import (GroundingConfig, GroundItem, build_prompt,
                                      phrase_token_indices, select_boxes)
 from pipeline.stages import (ParseConfig, ground_stage, object_queries, parse_stage, patches_stage,
                              read_caption_input, read_instances)
