@@ -46,16 +46,20 @@ def intra_modal_loss(full: torch.Tensor, masked: torch.Tensor, scale: torch.Tens
     return (F.cross_entropy(scale * masked @ full.t(), labels) + F.cross_entropy(scale * full @ masked.t(), labels)) / 2
 
 
-def per_sample_mean(values: torch.Tensor, sample: torch.Tensor, batch: int) -> torch.Tensor:
+def per_sample_mean(values: torch.Tensor, sample: torch.Tensor, batch: int,
+                    count: torch.Tensor | None = None) -> torch.Tensor:
     """Mean of ``values`` [N] within each sample (``sample`` [N] its index), then over the samples that have any
-    (0 when none has)."""
+    (0 when none has). ``count``: divide the per-sample sum by it instead of by the local number of samples that
+    have any (under DDP, the global number per rank: see ``MaccoTask.samples_per_rank``)."""
     if values.shape[0] == 0:
         return values.sum() * 0.0
     per_sample = torch.zeros(batch, device=values.device, dtype=values.dtype).index_add_(0, sample, values)
     counts = torch.zeros(batch, device=values.device, dtype=values.dtype).index_add_(0, sample,
                                                                                      torch.ones_like(values))
     has = counts > 0
-    return (per_sample[has] / counts[has]).mean()
+    if count is None:
+        return (per_sample[has] / counts[has]).mean()
+    return (per_sample[has] / counts[has]).sum() / count.to(values.dtype)
 
 
 def masked_text_nll(log_probs: torch.Tensor, targets: torch.Tensor, sample: torch.Tensor, batch: int) -> torch.Tensor:
@@ -151,17 +155,17 @@ def masked_image_mse(pred: torch.Tensor, images: torch.Tensor, mask: torch.Tenso
     return (per_sample * has).sum() / (has.sum() + 1e-8)
 
 
-def masked_patch_mse(pred_rows: torch.Tensor, images: torch.Tensor, mask: torch.Tensor, patch_size: int
-                     ) -> torch.Tensor:
+def masked_patch_mse(pred_rows: torch.Tensor, images: torch.Tensor, mask: torch.Tensor, patch_size: int,
+                     count: torch.Tensor | None = None) -> torch.Tensor:
     """``masked_image_mse`` from the predictions at the masked patches only: ``pred_rows`` [n, p*p*3] in the order
     of ``mask.nonzero()``. The target is normalised only where it is read; the value is the same up to the
-    reference's 1e-8 in the final division."""
+    reference's 1e-8 in the final division. ``count`` as in ``per_sample_mean``."""
     grid = _patch_grid(images.float(), patch_size)  # a view: only the masked patches are cut out
     b, n = mask.nonzero(as_tuple=True)
     w = grid.shape[2]
     target = norm_pix(grid[b, n // w, n % w].reshape(len(b), -1))  # [n, p*p*3], patchify's order
     err = ((pred_rows.float() - target) ** 2).mean(dim=-1)
-    return per_sample_mean(err, b, mask.shape[0])
+    return per_sample_mean(err, b, mask.shape[0], count)
 
 
 def term_weights(w: LossWeights) -> dict[str, float]:

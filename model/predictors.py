@@ -15,12 +15,14 @@ from torch import nn
 
 
 class CrossAttentionBlock(nn.Module):
-    """x <- x + MHA(LN_q(x), LN_kv(y)); x <- x + MLP(LN(x)). With y None it is a self-attention block."""
+    """x <- x + MHA(LN_q(x), LN_kv(y)); x <- x + MLP(LN(x)). ``cross=False``: a self-attention block (x attends to
+    LN_q(x); no LN_kv, as the reference's plain residual attention blocks: an unused parameter would also fail
+    DDP's ``find_unused_parameters=False``)."""
 
-    def __init__(self, width: int, heads: int, mlp_ratio: float = 4.0):
+    def __init__(self, width: int, heads: int, mlp_ratio: float = 4.0, cross: bool = True):
         super().__init__()
         self.ln_q = nn.LayerNorm(width)
-        self.ln_kv = nn.LayerNorm(width)
+        self.ln_kv = nn.LayerNorm(width) if cross else None
         self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
         self.ln_2 = nn.LayerNorm(width)
         hidden = int(width * mlp_ratio)
@@ -31,6 +33,8 @@ class CrossAttentionBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         q = self.ln_q(x)
+        if (y is None) != (self.ln_kv is None):
+            raise ValueError("a cross-attention block needs y; a self-attention block takes none")
         kv = q if y is None else self.ln_kv(y)
         x = x + self.attend(q, kv)
         return x + self.mlp(self.ln_2(x))
@@ -100,7 +104,7 @@ class _Predictor(nn.Module):
     with the reference's initialisation (``_init_blocks``, called after the predictor's own layers are built)."""
 
     def _make_blocks(self, width: int, heads: int, cross_layers: int, self_layers: int) -> None:
-        self.self_blocks = nn.ModuleList(CrossAttentionBlock(width, heads) for _ in range(self_layers))
+        self.self_blocks = nn.ModuleList(CrossAttentionBlock(width, heads, cross=False) for _ in range(self_layers))
         self.cross_blocks = nn.ModuleList(CrossAttentionBlock(width, heads) for _ in range(cross_layers))
         self.ln = nn.LayerNorm(width)
 

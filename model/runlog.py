@@ -89,9 +89,13 @@ class RunLog:
             self.bar = tqdm(total=state.total, initial=state.start, desc=f"train {cfg.mode}", dynamic_ncols=True)
 
     def due(self, step: int) -> bool:
-        return self.active and ((step + 1) % max(self.state.cfg.log_every, 1) == 0 or step + 1 == self.state.total)
+        """Whether ``step`` is logged: the same on every rank (the step's statistics and, under DDP, the terms'
+        average over ranks are computed on all of them); only rank 0 writes."""
+        return (step + 1) % max(self.state.cfg.log_every, 1) == 0 or step + 1 == self.state.total
 
     def log(self, step: int, terms: dict, lrs: dict, skipped: int) -> None:
+        if not self.active:
+            return
         st = self.state
         row = {"step": step + 1, "lr_clip": lrs["clip_decay"], "lr_predictor": lrs["predictor"],
                **{k: round(float(v), 6) for k, v in terms.items()}, "skipped_images": skipped,

@@ -85,12 +85,30 @@ class MaccoTask(nn.Module):
         self.image_predictor = ImagePredictor(width, heads, grid, self.patch_size, i_layers, cfg.image_self_layers)
         self.rank, self.world_size = 0, 1
 
-    def _gather(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # ---- DDP: every term's value and gradient are those of one process on the global batch -----------------
+    # The contrastive terms see the features of every rank, gathered *with* gradient (open_clip's
+    # gather_with_grad, without local_loss): each rank computes the global loss, the gather's backward sums the
+    # ranks' gradients into each rank's own features, and DDP's average over ranks gives the global gradient.
+    # Without gradient through the gather (open_clip's default) only the local features get one and the
+    # average shrinks the contrastive terms by 1/world_size against the reconstruction terms.
+    # The reconstruction terms are means over the samples that have a mask: each rank divides its sum by the
+    # global number of such samples per rank (``samples_per_rank``), so the average over ranks is the global
+    # mean (not the mean of the ranks' means, which weighs a rank with few masked samples up).
+    def _gather(self, *feats: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.world_size == 1:
-            return a, b
-        from open_clip.loss import gather_features
+            return feats
+        import torch.distributed.nn
 
-        return gather_features(a, b, rank=self.rank, world_size=self.world_size)
+        return tuple(torch.cat(torch.distributed.nn.all_gather(f), dim=0) for f in feats)
+
+    def samples_per_rank(self, mask: torch.Tensor) -> torch.Tensor | None:
+        """The global number of samples with any masked position over the number of ranks (None: one process,
+        the term is the plain local mean)."""
+        if self.world_size == 1:
+            return None
+        n = mask.any(dim=1).sum().to(torch.float32)
+        torch.distributed.all_reduce(n)
+        return n / self.world_size
 
     @staticmethod
     def step_sizes(texts: torch.Tensor, text_mask: torch.Tensor, image_mask: torch.Tensor) -> list[int]:
@@ -149,12 +167,10 @@ class MaccoTask(nn.Module):
         if cfg.masks_text or cfg.masks_image:
             I_m = F.normalize(im_glob, dim=-1) if cfg.masks_image else None
             T_m = F.normalize(tm_glob, dim=-1) if cfg.masks_text else None
-            if I_m is not None and T_m is not None:
-                I_m, T_m = self._gather(I_m, T_m)
-            elif I_m is not None:
-                I_m, _ = self._gather(I_m, I_m)
-            else:
-                T_m, _ = self._gather(T_m, T_m)
+            if I_m is not None:
+                I_m, = self._gather(I_m)
+            if T_m is not None:
+                T_m, = self._gather(T_m)
             if T_m is not None:
                 if cfg.mca:
                     txts.append(T_m)
@@ -165,7 +181,9 @@ class MaccoTask(nn.Module):
                     imgs.append(I_m)
                 if cfg.mir:
                     intra.append(intra_modal_loss(I, I_m, scale))
-        hard = F.normalize(clip.encode_text(hard_texts), dim=-1) if (cfg.hardneg and hard_texts is not None) else None
+        hard = None
+        if cfg.hardneg and hard_texts is not None:
+            hard, = self._gather(F.normalize(clip.encode_text(hard_texts), dim=-1))
         out["contrast_loss"] = contrast_loss(imgs, txts, scale, hard)
         if intra:
             out["intra_modal_contrast_loss"] = sum(intra) / len(intra)
@@ -178,7 +196,8 @@ class MaccoTask(nn.Module):
             targets = texts[text_mask]
             sample = text_mask.nonzero()[:, 0]
             # the head and its NLL fused: the same loss as log_softmax + gather, one vocabulary-sized buffer
-            out["mask_loss_text"] = per_sample_mean(vocab_nll(h, tp.head.weight, tp.head.bias, targets), sample, B)
+            out["mask_loss_text"] = per_sample_mean(vocab_nll(h, tp.head.weight, tp.head.bias, targets), sample, B,
+                                                    self.samples_per_rank(text_mask))
             if stats:
                 with torch.no_grad():
                     out["masked_word_acc"] = (tp.head(h).argmax(-1) == targets).float().mean() if len(targets) \
@@ -188,7 +207,8 @@ class MaccoTask(nn.Module):
                 rows = ip.packed_rows(im_tok.detach(), im_glob.detach(), t_tok, t_glob, *image_slots)
             else:
                 rows = ip.rows(im_tok.detach(), im_glob.detach(), t_tok, t_glob, image_mask, image_count)
-            out["mask_loss_image"] = masked_patch_mse(rows, images, image_mask, self.patch_size)
+            out["mask_loss_image"] = masked_patch_mse(rows, images, image_mask, self.patch_size,
+                                                      self.samples_per_rank(image_mask))
         out["total_loss"] = total_loss(out, cfg.weights)
         with torch.no_grad():
             out["empty_text_masks"] = (~text_mask.any(dim=1)).sum().float()

@@ -59,7 +59,9 @@ class TrainConfig:
     eps: float = 1e-8
     warmup: int = 50
     logit_scale_group: str = "predictor"  # predictor (reference) | clip
-    precision: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 | fp16
+    # auto: on CUDA fp16 autocast + GradScaler, the reference's (the masked negatives differ from the full
+    # ones by small logit gaps: bf16's MCA+MIR gradient error was 8x fp16's), fp32 on CPU | fp32 | bf16 | fp16
+    precision: str = "auto"
     fused_adamw: str = "auto"  # auto (on CUDA and CPU, where torch has the fused kernel) | on | off
     compile: bool = False
     workers: int = 2
@@ -304,7 +306,7 @@ def setup(cfg: TrainConfig) -> TrainState:
 
     opt = make_optimizer(task, cfg, device)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.warmup, total))
-    precision = cfg.precision if cfg.precision != "auto" else ("bf16" if device.type == "cuda" else "fp32")
+    precision = cfg.precision if cfg.precision != "auto" else ("fp16" if device.type == "cuda" else "fp32")
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     state = TrainState(cfg, task, task, opt, sched, scaler, device,
                        {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision), None, total, 0, rank, world,
@@ -368,6 +370,8 @@ def train_step(state: TrainState, batch: dict, step: int, stats: bool) -> tuple[
         state.scaler.scale(out["total_loss"] / cfg.accum_steps).backward()
         for k, v in out.items():
             terms[k] = terms.get(k, 0) + v.detach().float() / cfg.accum_steps
+    if stats and state.world > 1:
+        terms = _over_ranks(terms, state.world)
     check_every = 1 if device.type == "cpu" else max(cfg.log_every, 1)  # a finite check syncs the GPU
     if ((step + 1) % check_every == 0 or step == state.start) and not torch.isfinite(terms["total_loss"]):
         raise NonFiniteLoss(f"non-finite loss at step {step}: { {k: float(v) for k, v in terms.items()} }")
@@ -379,6 +383,15 @@ def train_step(state: TrainState, batch: dict, step: int, stats: bool) -> tuple[
     with torch.no_grad():
         task.clip.logit_scale.clamp_(0, math.log(100))
     return terms, lrs
+
+
+def _over_ranks(terms: dict[str, torch.Tensor], world: int) -> dict[str, torch.Tensor]:
+    """The logged terms of a DDP step: each term the average over ranks (the global batch's value, see
+    ``MaccoTask.samples_per_rank``), the ``empty_*`` sample counts summed."""
+    names = sorted(terms)
+    vec = torch.stack([terms[k].float() for k in names])
+    torch.distributed.all_reduce(vec)
+    return {k: v if k.startswith("empty_") else v / world for k, v in zip(names, vec)}
 
 
 def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dict:

@@ -159,6 +159,25 @@ def test_resume_continues_the_same_schedule(world, world_tables, tmp_path):
         assert torch.allclose(wa[k].float(), wb[k].float(), atol=1e-5), k
 
 
+def test_fp16_grad_scaler_trains_and_resumes(world, world_tables, tmp_path):
+    """precision fp16: autocast + GradScaler (the reference's, and the CUDA default); the scaler's state is in
+    the checkpoint and a resumed run continues with it."""
+    kw = dict(max_steps=4, precision="fp16", device="cpu")
+    full = train(cfg_for(world, world_tables, tmp_path / "a", **kw))
+    train(cfg_for(world, world_tables, tmp_path / "b", save_every=2, **kw))
+    ck = torch.load(tmp_path / "b" / "checkpoints" / "step-0000002.pt", weights_only=True)
+    # enabled: it starts at 2^16 and halves on each step whose fp16 gradients overflowed (skipping the step)
+    assert ck["scaler"]["scale"] in {2.0 ** k for k in range(10, 17)}
+    (tmp_path / "b" / "checkpoints" / "step-0000004.pt").unlink()
+    resumed = train(cfg_for(world, world_tables, tmp_path / "b", resume="auto", **kw))
+    assert resumed["start_step"] == 2
+    a = {h["step"]: h for h in full["history"]}
+    for h in resumed["history"]:
+        assert h["total_loss"] == pytest.approx(a[h["step"]]["total_loss"], rel=1e-4), h["step"]
+    end = torch.load(resumed["checkpoint"], weights_only=True)["scaler"]
+    assert end == torch.load(full["checkpoint"], weights_only=True)["scaler"]
+
+
 @pytest.mark.parametrize("mode,hardneg", [("clip-ft", False), ("text-only", False), ("image-only", False),
                                           ("macco", True), ("clip-ft", True)])
 def test_every_mode_trains(world, world_tables, tmp_path, mode, hardneg):

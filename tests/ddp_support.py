@@ -1,0 +1,81 @@
+"""One MACCO step on a global batch, in one process or split over gloo processes (tests/unit/test_ddp.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+CAPTIONS = ["a red circle left of a blue square", "a dog on a couch", "two cats", "a small green cross above a cat",
+            "the yellow triangle right of the purple hexagon", "a horse", "a big white dog near a black cat",
+            "an orange diamond below a red square"]
+
+
+def make_task(cfg: dict):
+    import open_clip
+
+    from model import register_model_configs
+    from model.task import MaccoConfig, MaccoTask
+
+    register_model_configs()
+    torch.manual_seed(0)
+    clip = open_clip.create_model("macco-micro")
+    return MaccoTask(clip, MaccoConfig(**cfg))
+
+
+def make_batch() -> dict:
+    """8 samples of uneven masks: samples 2 and 5 have no text mask, 1 and 6 no masked patch (so a rank's
+    share of masked samples differs from the other's)."""
+    import open_clip
+
+    g = torch.Generator().manual_seed(3)
+    texts = open_clip.get_tokenizer("macco-micro")(CAPTIONS)
+    B = len(CAPTIONS)
+    text_mask = torch.zeros(B, 77, dtype=torch.bool)
+    for i, n in enumerate([2, 1, 0, 3, 2, 0, 1, 2]):
+        eot = int(texts[i].argmax())
+        text_mask[i, torch.randperm(eot - 1, generator=g)[:n] + 1] = True
+    image_mask = torch.rand(B, 16, generator=g) < 0.3
+    image_mask[[1, 6]] = False
+    image_mask[0, :3] = True
+    hard = open_clip.get_tokenizer("macco-micro")([c.replace("a ", "the ", 1) for c in CAPTIONS])
+    return {"image": torch.randn(B, 3, 32, 32, generator=g), "text": texts, "text_mask": text_mask,
+            "image_mask": image_mask, "hard_text": hard}
+
+
+def step(model, task, batch: dict, rows: slice) -> dict[str, torch.Tensor]:
+    """The forward + backward of ``rows`` of the batch; returns the detached terms."""
+    b = {k: v[rows] for k, v in batch.items()}
+    sizes = task.step_sizes(b["text"], b["text_mask"], b["image_mask"])
+    out = model(b["image"], b["text"], b["text_mask"], b["image_mask"], b["hard_text"], sizes=sizes)
+    out["total_loss"].backward()
+    return {k: v.detach() for k, v in out.items() if k.endswith("_loss")}
+
+
+def grads(task) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in task.named_parameters() if p.grad is not None}
+
+
+def worker(rank: int, world: int, init_file: str, cfgs: list[dict], out: str) -> None:
+    """Rank ``rank`` of ``world``: for each task config, its contiguous share of the batch through DDP; rank 0
+    saves, per config, the terms (averaged over ranks, as the training log does) and the synchronised
+    gradients."""
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        results = []
+        for cfg in cfgs:
+            task = make_task(cfg)
+            task.rank, task.world_size = rank, world
+            model = torch.nn.parallel.DistributedDataParallel(
+                task, find_unused_parameters=cfg.get("mode", "macco") != "macco")
+            batch = make_batch()
+            per = len(CAPTIONS) // world
+            terms = step(model, task, batch, slice(rank * per, (rank + 1) * per))
+            names = sorted(terms)
+            vec = torch.stack([terms[k] for k in names])
+            torch.distributed.all_reduce(vec)
+            results.append({"terms": dict(zip(names, (vec / world).tolist())), "grads": grads(task)})
+        if rank == 0:
+            torch.save(results, Path(out))
+    finally:
+        torch.distributed.destroy_process_group()
