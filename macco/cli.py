@@ -297,11 +297,7 @@ def cmd_eval(args) -> int:
             print("macco eval: --root goes with exactly one --benchmark (use --world for all)", file=sys.stderr)
             return 2
         roots[names[0]] = str(args.root)
-    cfg = EvalConfig(model=args.model, checkpoint=args.checkpoint, roots=roots, device=args.device,
-                     batch_size=args.batch_size, autocast=args.autocast, strict=args.strict,
-                     aro_exclusion=args.aro_exclusion, vga_min_count=args.vga_min_count, vlc_mode=args.vlc_mode,
-                     seed=args.seed)
-    out = evaluate(cfg, names, args.out, args.results_table)
+    out = _run_eval(args, roots, names, EvalConfig, evaluate)  # input errors: one line from main()
     for b, r in out["benchmarks"].items():
         for s, v in r["subsets"].items():
             acc = v.get("accuracy", v.get("top1", v.get("group")))
@@ -309,9 +305,27 @@ def cmd_eval(args) -> int:
                   f"ties={v.get('ties', 0)} missing={v.get('missing_images', 0)}")
         print(f"{b:<13} groups: " + ", ".join(f"{k}={v:.4f}" for k, v in r["groups"].items()
                                              if isinstance(v, float)))
+        if r.get("partial"):
+            print(f"{b:<13} PARTIAL: " + "; ".join(f"{g} lacks {', '.join(m)}"
+                                                   for g, m in r["missing_files"].items()))
     if args.out:
         print(f"wrote {args.out}")
     return 0
+
+
+def _run_eval(args, roots: dict, names: list[str], EvalConfig, evaluate) -> dict:
+    from model.benchmarks.protocols import parse_image_roots
+
+    order_roots, valse_roots = parse_image_roots(args.image_root)
+    # the synthetic world's sets hold a few files of each benchmark by design: its group averages are partial
+    allow_partial = args.allow_partial or bool(args.world)
+    cfg = EvalConfig(model=args.model, checkpoint=args.checkpoint, roots=roots, device=args.device,
+                     batch_size=args.batch_size, autocast=args.autocast, strict=args.strict,
+                     aro_exclusion=args.aro_exclusion, vga_min_count=args.vga_min_count, vlc_mode=args.vlc_mode,
+                     seed=args.seed, activation=args.activation, protocol=args.protocol, allow_partial=allow_partial,
+                     order_image_roots=order_roots, valse_image_roots=valse_roots,
+                     winoground_clean_ids=str(args.winoground_clean_ids) if args.winoground_clean_ids else None)
+    return evaluate(cfg, names, args.out, args.results_table)
 
 
 def cmd_run(args) -> int:
@@ -458,7 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--checkpoint", help="weights file for --model")
     ev.add_argument("--benchmark", nargs="+", required=True,
                     help="aro-vgr aro-vga coco-order flickr-order sugarcrepe vl-checklist valse whatsup winoground "
-                         "zeroshot all")
+                         "zeroshot linear-probe (ImageFolder train/test) retrieval-coco retrieval-flickr (Karpathy "
+                         "test split) sts (SICK-R, STS-B) senteval-probing all")
     ev.add_argument("--root", type=Path, help="the benchmark's root directory (one benchmark)")
     ev.add_argument("--world", type=Path, help="a synthetic world: its benchmarks/ sets")
     ev.add_argument("--out", type=Path, help="JSON results file")
@@ -467,9 +482,30 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=int, default=64)
     ev.add_argument("--autocast", action="store_true", help="autocast (default fp32)")
     ev.add_argument("--strict", action="store_true", help="missing images are fatal")
-    ev.add_argument("--aro-exclusion", choices=("aro_notebook", "macco"), default="aro_notebook")
+    ev.add_argument("--activation", choices=("auto", "quickgelu", "gelu"), default="auto",
+                    help="MLP activation of the evaluated towers: auto (default) = what resolve_arch decides, the "
+                         "training activation (QuickGELU for OpenAI ViT-B/L weights files); gelu = what every "
+                         "official MACCO evaluation script uses (reloads as ViT-B-32, nn.GELU), to match its "
+                         "published numbers; quickgelu forces QuickGELU. Recorded in results.json settings")
+    ev.add_argument("--protocol", choices=("authors", "macco"), default="authors",
+                    help="authors: each benchmark's own harness; macco: MACCO's eval scripts. Sets the defaults of "
+                         "--vlc-mode, --aro-exclusion and the Order image roots (explicit flags win)")
+    ev.add_argument("--aro-exclusion", choices=("aro_notebook", "macco"), default=None,
+                    help="VG-Relation exclusion list (default: aro_notebook; macco under --protocol macco)")
     ev.add_argument("--vga-min-count", type=int, default=25)
-    ev.add_argument("--vlc-mode", choices=("authors", "all"), default="authors")
+    ev.add_argument("--vlc-mode", choices=("authors", "all", "macco"), default=None,
+                    help="VL-CheckList: authors (missing images dropped, then 1,000 records per file, POS[0] vs "
+                         "NEG[0]), all (every record and POS x NEG pair), macco (every record; each leaf the mean "
+                         "over its files). Default: the protocol's")
+    ev.add_argument("--allow-partial", action="store_true",
+                    help="report a group average over an incomplete set of its files, marked \"partial\": true "
+                         "with the missing files (default: refused; on with --world)")
+    ev.add_argument("--image-root", action="append", default=[], metavar="NAME=DIR",
+                    help="image directory: NAME coco-order / flickr-order, or a VALSE dataset field value "
+                         "(coco2017 = coco_2017, visual7w, swig, ...); repeatable")
+    ev.add_argument("--winoground-clean-ids", type=Path, metavar="FILE",
+                    help="ids of Winoground's clean subset: Diwan et al.'s new_tag_assignments.json (clean = no "
+                         "tag) or a list of ids (JSON list or one per line)")
     ev.add_argument("--seed", type=int, default=1, help="Order perturbation seed (ARO authors: 1)")
     ev.set_defaults(fn=cmd_eval)
 

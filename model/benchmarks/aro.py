@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from data_schemas import InputFileError
+
 from .scoring import Case, group_accuracy, mean
 
 EXCLUDED = Path(__file__).parent / "data" / "aro_vg_relation_excluded.json"
@@ -29,12 +31,12 @@ def _load(path: Path):
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        raise InputFileError(f"{path}: not valid JSON ({exc})") from exc
 
 
 def _field(rec: dict, key: str, path: Path, i: int):
     if key not in rec:
-        raise ValueError(f"{path}: record {i}: missing field {key!r}")
+        raise InputFileError(f"{path}: record {i}: missing field {key!r}")
     return rec[key]
 
 

@@ -47,6 +47,19 @@ class MissingImages(FileNotFoundError):
     pass
 
 
+def activation_of(model) -> str:
+    """The MLP activation the built towers actually use: ``quickgelu``, ``gelu``, a mix, or another class name."""
+    from open_clip.transformer import QuickGELU
+
+    found = set()
+    for m in model.modules():
+        if isinstance(m, QuickGELU):
+            found.add("quickgelu")
+        elif isinstance(m, torch.nn.GELU):
+            found.add("gelu")
+    return "+".join(sorted(found)) if found else "unknown"
+
+
 class Encoder:
     """Wraps an open_clip model + preprocess + tokenizer; encodes with caching of normalised features."""
 
@@ -54,6 +67,7 @@ class Encoder:
                  autocast: bool = False):
         self.model, self.preprocess, self.tokenizer = model.eval(), preprocess, tokenizer
         self.device, self.batch_size, self.autocast = device, batch_size, autocast
+        self.activation = activation_of(model)
 
     def _ctx(self):
         dev = torch.device(self.device).type

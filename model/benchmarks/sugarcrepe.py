@@ -6,29 +6,38 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from data_schemas import InputFileError
+
 from .scoring import Case, mean
 
 SUBSETS = ("add_att", "replace_att", "swap_att", "replace_rel", "add_obj", "replace_obj", "swap_obj")
 GROUPS = {"attribute": ("add_att", "replace_att", "swap_att"), "relation": ("replace_rel",),
           "object": ("add_obj", "replace_obj", "swap_obj")}
+GROUP_FILES = {**GROUPS, "micro_overall": SUBSETS}
 
 
-def load(root: str | Path, image_dir: str = "val2017", subsets=SUBSETS) -> list[Case]:
+def load(root: str | Path, image_dir: str = "val2017", subsets=SUBSETS, allow_missing: bool = False) -> list[Case]:
+    """Cases of ``subsets``; a missing subset file is an error unless ``allow_missing`` (then the group check
+    reports it: ``protocols.check_complete``)."""
     root = Path(root)
     cases = []
     for s in subsets:
         path = root / f"{s}.json"
         if not path.exists():
+            if allow_missing:
+                continue
             raise FileNotFoundError(f"{path}: file not found")
         data = json.loads(path.read_text())
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a dict of id -> record")
+            raise InputFileError(f"{path}: expected a dict of id -> record")
         for key, r in data.items():
             for f in ("filename", "caption", "negative_caption"):
                 if f not in r:
-                    raise ValueError(f"{path}: record {key!r}: missing field {f!r}")
+                    raise InputFileError(f"{path}: record {key!r}: missing field {f!r}")
             cases.append(Case(str(root / image_dir / r["filename"]), [r["negative_caption"], r["caption"]], 1, s,
                               meta={"id": key}))
+    if not cases:
+        raise FileNotFoundError(f"{root}: no SugarCrepe file found ({', '.join(subsets)}.json)")
     return cases
 
 

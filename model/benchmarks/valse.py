@@ -1,12 +1,16 @@
 """VALSE (Parcalabescu et al., ACL 2022): ``data/<piece>.json``, dicts of records with ``caption``, ``foil``,
 ``image_file``, ``dataset`` and ``mturk``. Valid samples: ``mturk.caption >= 2`` (the README's filter, on by
-default). Images through an image-root map per ``dataset``; default ``<root>/images/<dataset>/<image_file>``.
-acc_r: sim(caption) > sim(foil) strictly. Avg = mean over the pieces."""
+default). Images through an image-root map per ``dataset``, names compared normalised (``coco2017`` =
+``coco_2017``: ``protocols.normalise_dataset``); default ``<root>/images/<dataset>/<image_file>``.
+acc_r: sim(caption) > sim(foil) strictly. Avg = mean over the 11 pieces."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from data_schemas import InputFileError
+
+from .protocols import normalise_dataset
 from .scoring import Case, mean
 
 PIECES = ("existence", "plurals", "counting-hard", "counting-small-quant", "counting-adversarial", "relations",
@@ -15,6 +19,11 @@ PIECES = ("existence", "plurals", "counting-hard", "counting-small-quant", "coun
 
 def load(root: str | Path, image_roots: dict | None = None, valid_only: bool = True) -> list[Case]:
     root = Path(root)
+    roots: dict[str, str] = {}
+    for k, v in (image_roots or {}).items():
+        if roots.setdefault(normalise_dataset(k), v) != v:
+            raise InputFileError(f"valse image roots: {k!r} names the same dataset as another key with another "
+                             f"directory ({roots[normalise_dataset(k)]} vs {v})")
     cases = []
     found = False
     for piece in PIECES:
@@ -25,14 +34,20 @@ def load(root: str | Path, image_roots: dict | None = None, valid_only: bool = T
         for key, r in json.loads(path.read_text()).items():
             for f in ("caption", "foil", "image_file", "dataset"):
                 if f not in r:
-                    raise ValueError(f"{path}: record {key!r}: missing field {f!r}")
+                    raise InputFileError(f"{path}: record {key!r}: missing field {f!r}")
             if valid_only and r.get("mturk", {}).get("caption", 0) < 2:
                 continue
-            base = Path((image_roots or {}).get(r["dataset"], root / "images" / r["dataset"]))
+            name = normalise_dataset(r["dataset"])
+            base = Path(roots[name]) if name in roots else root / "images" / r["dataset"]
             cases.append(Case(str(base / r["image_file"]), [r["foil"], r["caption"]], 1, piece, meta={"id": key}))
     if not found:
         raise FileNotFoundError(f"{root / 'data'}: no VALSE piece found")
     return cases
+
+
+GROUP_FILES = {"avg": PIECES, "action_relation": ("actant-swap", "action-replacement"),
+               "spatial_relation": ("relations",), "relation": ("actant-swap", "action-replacement", "relations"),
+               "counting": ("counting-hard", "counting-small-quant", "counting-adversarial")}
 
 
 def groups(results: dict) -> dict:

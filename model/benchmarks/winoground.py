@@ -1,11 +1,18 @@
 """Winoground (Thrush et al., CVPR 2022): ``examples.jsonl`` + ``images/<name>.png``; text, image and group
-scores with strict comparisons."""
+scores with strict comparisons.
+
+The "clean" subset MACCO reports (171 ids hard-coded in its ``eval/evaluate_comp_benchmark.py``) comes from the
+fine-grained tags of Diwan et al. 2022, "Why is Winoground Hard?" (ajd12342/why-winoground-hard,
+``new_tag_assignments.json``: examples with no tag). No id list ships here: ``load_clean_ids`` reads the user's
+file, either that tag file (``{"id": [tags]}``; clean = no tag) or a list of ids (JSON list, or one per line)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import numpy as np
+
+from data_schemas import InputFileError
 
 
 def load(root: str | Path) -> list[dict]:
@@ -20,9 +27,53 @@ def load(root: str | Path) -> list[dict]:
         r = json.loads(line)
         for f in ("id", "image_0", "image_1", "caption_0", "caption_1"):
             if f not in r:
-                raise ValueError(f"{path}: line {n}: missing field {f!r}")
+                raise InputFileError(f"{path}: line {n}: missing field {f!r}")
         out.append(r)
     return out
+
+
+def load_clean_ids(path: str | Path) -> list[int]:
+    """Ids of the clean subset from ``path`` (a tag-assignment dict, a JSON list, or one integer per line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: Winoground clean-ids file not found")
+    text = path.read_text()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if isinstance(data, dict):
+        items = []
+        for k, tags in data.items():
+            if not isinstance(tags, list):
+                raise InputFileError(f"{path}: id {k!r}: expected a list of tags, got {tags!r}")
+            if not tags:
+                items.append((f"key {k!r}", k))
+    elif isinstance(data, list):
+        items = [(f"item {i}", v) for i, v in enumerate(data)]
+    else:
+        items = [(f"line {n}", ln.strip()) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    ids = []
+    for where, v in items:
+        try:
+            ids.append(int(v))
+        except (TypeError, ValueError):
+            raise InputFileError(f"{path}: {where}: {v!r} is not an example id") from None
+    if not ids:
+        raise InputFileError(f"{path}: no Winoground id found")
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise InputFileError(f"{path}: repeated id(s) {dup[:5]}")
+    return sorted(ids)
+
+
+def clean_subset(examples: list[dict], ids: list[int], path: str | Path) -> list[dict]:
+    """The examples whose ``id`` is in ``ids``; an id absent from examples.jsonl is an error."""
+    by_id = {int(e["id"]): e for e in examples}
+    unknown = [i for i in ids if i not in by_id]
+    if unknown:
+        raise InputFileError(f"{path}: id(s) {unknown[:5]} not in examples.jsonl ({len(unknown)} unknown)")
+    return [by_id[i] for i in ids]
 
 
 def evaluate(enc, root: str | Path, examples: list[dict]) -> dict:

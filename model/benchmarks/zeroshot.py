@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from data_schemas import InputFileError
+
 EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
 
 
@@ -22,7 +24,7 @@ def evaluate(enc, root: str | Path, templates=None) -> dict:
     if (root / "classnames.txt").exists():
         names = [l.strip() for l in (root / "classnames.txt").read_text().splitlines() if l.strip()]
         if len(names) != len(classes):
-            raise ValueError(f"{root / 'classnames.txt'}: {len(names)} names for {len(classes)} class folders")
+            raise InputFileError(f"{root / 'classnames.txt'}: {len(names)} names for {len(classes)} class folders")
     files = [(str(p), k) for k, c in enumerate(classes) for p in sorted((root / c).iterdir()) if p.suffix.lower() in EXTS]
     with torch.no_grad():
         clf = build_zero_shot_classifier(enc.model, tokenizer=enc.tokenizer, classnames=names,

@@ -83,7 +83,8 @@ def source_config(tmp_path: Path, data: dict, world: Path, gdino: Path) -> Path:
         "validate": {"params": {"min_text_mask_coverage": 0.5, "min_grounded_coverage": 0.5}},
         "train": {"arch": "macco-micro", "runs": {"macco": {"mode": "macco"}},
                   "common": {"max_steps": 2, "batch_size": 8, "workers": 0, "log_every": 1}},
-        "evaluate": {"benchmarks": ["whatsup"], "roots": benchmark_roots(world), "control": "macco"},
+        "evaluate": {"benchmarks": ["whatsup"], "roots": benchmark_roots(world), "control": "macco",
+                     "settings": {"allow_partial": True}},  # the world's What's Up has Controlled A only
     }
     p = tmp_path / "src.yaml"
     p.write_text(yaml.safe_dump(cfg))

@@ -148,6 +148,9 @@ def test_vlchecklist_modes_and_original_record_shape(tmp_path):
     recs = [[f"VG_100K/{i}.jpg", {"POS": ["red car", "a red car"], "NEG": ["blue car", "a blue car"]}]
             for i in range(5)]
     (d / "color.json").write_text(json.dumps(recs))
+    (tmp_path / "images" / "vaw" / "VG_100K").mkdir(parents=True)
+    for i in range(5):
+        Image.new("RGB", (8, 8)).save(tmp_path / "images" / "vaw" / "VG_100K" / f"{i}.jpg")
     (tmp_path / "data" / "Relation").mkdir(parents=True)
     (tmp_path / "data" / "Relation" / "swig_action.json").write_text(json.dumps(
         [{"image_path": "a.jpg", "POS": "a man holding a kite", "NEG": "a man kicking a kite"}]))
