@@ -217,28 +217,53 @@ def collate(items: list) -> dict:
     return batch
 
 
+def image_groups(samples: list[Sample]) -> list[list[int]]:
+    """The samples' indices grouped by image (groups in the order of each image's first sample)."""
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(samples):
+        groups.setdefault(s.file_name, []).append(i)
+    return list(groups.values())
+
+
 class EpochBatchSampler(Sampler):
     """Deterministic batches of (epoch, index): a seeded shuffle per epoch, drop_last, this rank's share,
-    starting at global step ``start_step`` (resume) and running for ``total_steps``."""
+    starting at global step ``start_step`` (resume) and running for ``total_steps``.
+
+    With ``groups`` (the sample indices of each image, ``image_groups``) an epoch is one pass over the images,
+    each with one of its captions drawn afresh every epoch (seeded by (seed, epoch)): the paper's ~110k COCO pairs
+    per epoch rather than every caption of every image."""
 
     def __init__(self, n: int, batch_size: int, seed: int, start_step: int, total_steps: int,
-                 rank: int = 0, world_size: int = 1):
-        self.n, self.bs, self.seed = n, batch_size, seed
+                 rank: int = 0, world_size: int = 1, groups: list[list[int]] | None = None):
+        self.n, self.bs, self.seed, self.groups = n, batch_size, seed, groups
         self.start, self.total, self.rank, self.world = start_step, total_steps, rank, world_size
-        self.steps_per_epoch = n // (batch_size * world_size)
+        self.units = len(groups) if groups is not None else n  # what one epoch passes over once
+        self.steps_per_epoch = self.units // (batch_size * world_size)
         if self.steps_per_epoch == 0:
-            raise ValueError(f"{n} training samples are fewer than one batch of {batch_size} x {world_size} ranks")
+            what = "images" if groups is not None else "training samples"
+            raise ValueError(f"{self.units} {what} are fewer than one batch of {batch_size} x {world_size} ranks")
 
     def __len__(self) -> int:
         return self.total - self.start
 
+    def epoch_order(self, epoch: int) -> torch.Tensor:
+        """The epoch's sample indices in order (before the split into batches and ranks)."""
+        gen = torch.Generator().manual_seed(self.seed * 1000003 + epoch)
+        perm = torch.randperm(self.units, generator=gen)
+        if self.groups is None:
+            return perm
+        sizes = torch.tensor([len(g) for g in self.groups])
+        pick = (torch.rand(self.units, generator=gen) * sizes).long()  # one caption per image, this epoch's
+        return torch.tensor([self.groups[g][int(pick[g])] for g in perm])
+
     def __iter__(self):
-        step = self.start
+        step, order, order_epoch = self.start, None, -1
         while step < self.total:
             epoch, k = divmod(step, self.steps_per_epoch)
-            perm = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1000003 + epoch))
+            if epoch != order_epoch:
+                order, order_epoch = self.epoch_order(epoch), epoch
             per_step = self.bs * self.world
-            chunk = perm[k * per_step:(k + 1) * per_step]
+            chunk = order[k * per_step:(k + 1) * per_step]
             mine = chunk[self.rank * self.bs:(self.rank + 1) * self.bs]
             yield [(epoch, int(i)) for i in mine]
             step += 1

@@ -36,6 +36,9 @@ class TrainConfig:
     tables: dict = field(default_factory=dict)  # captions, token_masks, scene_graphs, regions -> table dirs
     image_root: str = ""
     split: str = "train"
+    # all: every caption of every image each epoch; 1: one caption per image, drawn afresh each epoch (seeded) —
+    # the paper's ~110k COCO pairs per epoch (Karpathy train + restval: 113k images, 567k captions)
+    captions_per_image: str = "all"
     out_dir: str = "artifacts/runs/default"
     mode: str = "macco"  # macco | clip-ft | text-only | image-only | scene (image tower on scene truth)
     hardneg: bool = False
@@ -86,7 +89,8 @@ class TrainConfig:
 
 # the enum-like fields: a typo (precision: bf-16) is an error, never a silent fallback
 CHOICES = {"mode": (*MODES, "scene"), "logit_scale_group": ("predictor", "clip"),
-           "precision": ("auto", "fp32", "bf16", "fp16"), "fused_adamw": ("auto", "on", "off")}
+           "precision": ("auto", "fp32", "bf16", "fp16"), "fused_adamw": ("auto", "on", "off"),
+           "captions_per_image": ("all", "1")}
 
 
 # ---- config -----------------------------------------------------------------------------------------------
@@ -263,7 +267,7 @@ def setup(cfg: TrainConfig) -> TrainState:
 
     from data_schemas.geometry import Geometry
 
-    from .data import DataConfig, EpochBatchSampler, MaccoDataset, build_samples, collate
+    from .data import DataConfig, EpochBatchSampler, MaccoDataset, build_samples, collate, image_groups
     from .optim import make_optimizer, warmup_cosine
 
     rank, world, local_rank = _dist_env()
@@ -299,10 +303,13 @@ def setup(cfg: TrainConfig) -> TrainState:
                            scenes=scenes)
     if cfg.batch_size % cfg.accum_steps:
         raise ValueError(f"batch_size {cfg.batch_size} is not divisible by accum_steps {cfg.accum_steps}")
-    steps_per_epoch = len(samples) // (cfg.batch_size * world)
+    groups = image_groups(samples) if cfg.captions_per_image == "1" else None
+    counts["pairs_per_epoch"] = len(groups) if groups is not None else len(samples)
+    steps_per_epoch = counts["pairs_per_epoch"] // (cfg.batch_size * world)
     total = cfg.max_steps or steps_per_epoch * cfg.epochs
     if total <= 0 or steps_per_epoch == 0:
-        raise ValueError(f"{len(samples)} samples give no full batch of {cfg.batch_size} x {world} rank(s)")
+        raise ValueError(f"{counts['pairs_per_epoch']} pairs per epoch give no full batch of {cfg.batch_size} x "
+                         f"{world} rank(s)")
 
     opt = make_optimizer(task, cfg, device)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.warmup, total))
@@ -320,7 +327,7 @@ def setup(cfg: TrainConfig) -> TrainState:
             find_unused_parameters=cfg.mode != "macco")
     if cfg.compile:
         state.model = torch.compile(state.model)
-    sampler = EpochBatchSampler(len(samples), cfg.batch_size, cfg.seed, state.start, total, rank, world)
+    sampler = EpochBatchSampler(len(samples), cfg.batch_size, cfg.seed, state.start, total, rank, world, groups)
     state.loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=cfg.workers,
                               pin_memory=device.type == "cuda", persistent_workers=False)
     return state

@@ -159,6 +159,43 @@ def test_resume_continues_the_same_schedule(world, world_tables, tmp_path):
         assert torch.allclose(wa[k].float(), wb[k].float(), atol=1e-5), k
 
 
+def test_one_caption_per_image_per_epoch():
+    """captions_per_image 1: each epoch passes over every image once with one of its captions, drawn afresh
+    each epoch and seeded; ranks split it; a resumed sampler yields the same batches."""
+    from model.data import EpochBatchSampler, Sample, image_groups
+
+    samples = [Sample(i, f"img{i // 5 if i < 40 else 8 + (i - 40) // 3}.jpg", [], [], []) for i in range(46)]
+    groups = image_groups(samples)  # 8 images with 5 captions, 2 with 3
+    assert len(groups) == 10 and groups[0] == [0, 1, 2, 3, 4] and groups[-1] == [43, 44, 45]
+    s = EpochBatchSampler(len(samples), 5, seed=3, start_step=0, total_steps=6, groups=groups)
+    assert s.steps_per_epoch == 2
+    batches = list(s)
+    image = {i: samples[i].file_name for i in range(46)}
+    for e in range(3):
+        epoch = [i for b in batches[2 * e:2 * e + 2] for (ep, i) in b]
+        assert {ep for b in batches[2 * e:2 * e + 2] for (ep, _) in b} == {e}
+        assert sorted(image[i] for i in epoch) == sorted({s.file_name for s in samples})  # each image once
+    draws = [sorted(i for b in batches[2 * e:2 * e + 2] for _, i in b) for e in range(3)]
+    assert draws[0] != draws[1] or draws[1] != draws[2]  # other captions in other epochs
+    assert list(EpochBatchSampler(46, 5, 3, 3, 6, groups=groups)) == batches[3:]  # resume
+    assert batches == list(EpochBatchSampler(46, 5, 3, 0, 6, groups=groups))  # seeded
+    ranks = [list(EpochBatchSampler(46, 5, 3, 0, 1, r, 2, groups)) for r in (0, 1)]
+    assert sorted(i for r in ranks for _, i in r[0]) == sorted(i for _, i in batches[0] + batches[1])
+    with pytest.raises(ValueError, match="10 images are fewer than one batch of 8 x 2"):
+        EpochBatchSampler(46, 8, 3, 0, 1, 0, 2, groups)
+
+
+def test_captions_per_image_in_training(world, world_tables, tmp_path):
+    one = train(cfg_for(world, world_tables, tmp_path / "one", max_steps=None, epochs=1, captions_per_image=1))
+    every = train(cfg_for(world, world_tables, tmp_path / "all", max_steps=None, epochs=1))
+    coco = json.loads((world / "annotations" / "captions_train2014.json").read_text())
+    images = {a["image_id"] for a in coco["annotations"]}
+    assert one["samples"]["pairs_per_epoch"] == len(images) < every["samples"]["pairs_per_epoch"] == len(coco["annotations"])
+    assert one["steps"] == len(images) // 8 and every["steps"] == len(coco["annotations"]) // 8
+    with pytest.raises(ValueError, match="captions_per_image: '2' is not one of"):
+        cfg_for(world, world_tables, tmp_path / "x", captions_per_image=2)
+
+
 def test_fp16_grad_scaler_trains_and_resumes(world, world_tables, tmp_path):
     """precision fp16: autocast + GradScaler (the reference's, and the CUDA default); the scaler's state is in
     the checkpoint and a resumed run continues with it."""
