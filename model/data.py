@@ -13,7 +13,7 @@ import hashlib
 import logging
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -47,10 +47,8 @@ class DataConfig:
     crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
     rect_prob: float = 0.1
     rect_ratio: float = 0.75
-    mask_kinds: tuple[str, ...] = ("relation", "attribute")
     mean: tuple[float, float, float] = OPENAI_MEAN
     std: tuple[float, float, float] = OPENAI_STD
-    extra: dict = field(default_factory=dict)
 
 
 def swap_negative(caption: str, concepts: list[dict], rng: random.Random) -> str | None:

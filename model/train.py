@@ -1,7 +1,8 @@
 """MACCO / CLIP-FT training: AdamW with the reference's three groups, warmup + cosine, resumable checkpoints,
 export of the plain CLIP. ``main(argv)`` is the entry point (also under ``torchrun`` for DDP).
 
-Reference decisions (macco-reference.md §7), each a config field where it changes numbers:
+Decisions on the official implementation's choices (hiker-lw/MACCO, src/training/), each a config field where it
+changes numbers:
 - ``logit_scale_group="predictor"`` reproduces the reference (logit scale at the predictor lr 1e-3, wd 0.01);
   ``"clip"`` puts it with the CLIP no-decay group.
 - ``betas=(0.9, 0.999)``, ``eps=1e-8`` reproduce the reference's RN50-derived defaults.

@@ -10,7 +10,8 @@ from pipeline.patches import (GEOMETRIES, Geometry, box_patches, eval_crop, eval
 
 
 def test_reference_worked_example_b32():
-    """macco-reference.md §1.4: 640x480, crop (10, 20, 460, 610), box [100,50,300,200] -> 12 patches."""
+    """A worked example of the official patch-mask rule (hiker-lw/MACCO src/training/data_macco.py): 640x480,
+    crop (10, 20, 460, 610), box [100,50,300,200] -> 12 patches."""
     got = box_patches([100, 50, 300, 200], (10, 20, 460, 610), GEOMETRIES["ViT-B-32"])
     assert [i + 1 for i in got] == [1, 2, 3, 4, 8, 9, 10, 11, 15, 16, 17, 18]  # reference indices have CLS at 0
 

@@ -14,7 +14,8 @@ def pos(tok, caption, start, end):
 
 
 def test_reference_worked_example(tok):
-    """macco-reference.md §1.3: riding, next to, brown -> {3, 5, 7, 8}; ids as the real tokenizer."""
+    """A worked example of the official text-mask rule (hiker-lw/MACCO src/training/data_macco.py): riding,
+    next to, brown -> {3, 5, 7, 8}; ids as the real tokenizer."""
     cap = "A man riding a brown horse next to the beach."
     al = align_caption(tok, cap)
     assert al.token_ids[:13] == [49406, 320, 786, 6765, 320, 2866, 4558, 1131, 531, 518, 2117, 269, 49407]
