@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # reference_losses: the all-position loss
 
 
 def synthetic_batch(task, batch: int, device) -> tuple:
@@ -71,8 +72,9 @@ def head_memory(masked_only: bool, batch: int = 128, width: int = 512, masked_pe
     backward pass ("peak_mb") and the RSS growth."""
     import torch
 
-    from model.losses import per_sample_mean, vocab_nll
+    from model.losses import text_reconstruction_loss
     from model.predictors import TextPredictor
+    from reference_losses import masked_text_nll, text_log_probs
 
     torch.manual_seed(0)
     pred = TextPredictor(width, 8, 2)
@@ -91,13 +93,10 @@ def head_memory(masked_only: bool, batch: int = 128, width: int = 512, masked_pe
     hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
     hooks.__enter__()
     if masked_only:  # the training path (MaccoTask): features at masked positions, the fused head + NLL
-        h = pred.features(x, g, y, yg, positions=tm)
-        loss = per_sample_mean(vocab_nll(h, pred.head.weight, pred.head.bias, texts[tm]), tm.nonzero()[:, 0], batch)
+        h = pred.predict(x, g, y, yg, tm)
+        loss = text_reconstruction_loss(h, pred.head, texts[tm], tm.nonzero()[:, 0], batch)
     else:  # the reference: log-probabilities at all 77 positions, then the mask
-        logp = pred(x, g, y, yg)
-        nll = -logp.gather(2, texts.unsqueeze(-1)).squeeze(-1)
-        m = tm.float()
-        loss = ((nll * m).sum(1) / m.sum(1).clamp(min=1)).mean()
+        loss = masked_text_nll(text_log_probs(pred, x, g, y, yg), texts, tm)
     hooks.__exit__(None, None, None)
     loss.backward()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

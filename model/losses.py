@@ -1,14 +1,18 @@
-"""MACCO losses as pure functions returning named terms (keys end in ``_loss``) and the weighted total.
+"""MACCO losses: the functions the training step (``MaccoTask.forward``) calls, one per named term (every key
+ends in ``_loss``), and the weighted total (``term_weights``: the one map term -> weight; ``total_loss``: the
+weighted sum of the ``*_loss`` keys). The plain reference computations the tests compare these with (dense
+log-probabilities, every patch predicted) are in ``tests/reference_losses.py``.
 
 Notation: I, T full image/text globals and I_m, T_m masked ones, all L2-normalised [B, E]; s = exp(logit_scale).
-- MCA (``contrast_loss``): rows [I; I_m] against columns [T; T_m] (and back), labels arange(B) repeated, so
+- ``contrast_loss`` with MCA: rows [I; I_m] against columns [T; T_m] (and back), labels arange(B) repeated, so
   masked samples are extra negatives for full anchors and must find their *full* partner as anchors.
   Hard-negative captions (NegCLIP) are extra image->text columns with no positive.
-- MIR (``intra_modal_contrast_loss``): masked vs full within each modality, both directions, same s.
-- ``mask_loss_text``: NLL of the original token at masked positions, averaged per sample first, then over
-  samples with >= 1 masked token (0 if none).
-- ``mask_loss_image``: MAE norm-pix MSE at masked patches, per sample first, then over samples with >= 1 masked
-  patch (divided by count + 1e-8, as the reference).
+- ``intra_modal_contrast_loss`` (MIR, ``intra_modal_loss`` per modality): masked vs full within each modality,
+  both directions, same s; the mean over the masked modalities.
+- ``text_reconstruction_loss``: NLL of the original token at masked positions, averaged per sample first, then
+  over samples with >= 1 masked token (0 if none).
+- ``image_reconstruction_loss``: MAE norm-pix MSE at masked patches, per sample first, then over samples with
+  >= 1 masked patch (the reference divides by count + 1e-8; the value is the same up to that 1e-8).
 """
 from __future__ import annotations
 
@@ -16,14 +20,15 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 
 @dataclass
 class LossWeights:
-    contrast: float = 1.0
-    intra_modal: float = 0.1
-    mask_text: float = 20.0
-    mask_image: float = 250.0
+    contrast: float = 1.0  # contrast_loss
+    intra_modal: float = 0.1  # intra_modal_contrast_loss
+    mask_text: float = 20.0  # text_reconstruction_loss (the field keeps its name: run configs set it)
+    mask_image: float = 250.0  # image_reconstruction_loss
 
 
 def contrast_loss(images: list[torch.Tensor], texts: list[torch.Tensor], scale: torch.Tensor,
@@ -42,8 +47,15 @@ def contrast_loss(images: list[torch.Tensor], texts: list[torch.Tensor], scale: 
 
 
 def intra_modal_loss(full: torch.Tensor, masked: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """MIR for one modality: masked [B, E] against full [B, E] globals (normalised) and back."""
     labels = torch.arange(full.shape[0], device=full.device)
     return (F.cross_entropy(scale * masked @ full.t(), labels) + F.cross_entropy(scale * full @ masked.t(), labels)) / 2
+
+
+def intra_modal_contrast_loss(per_modality: list[torch.Tensor]) -> torch.Tensor:
+    """The MIR term: the mean of the masked modalities' ``intra_modal_loss`` values (the caller computes each
+    where its masked globals are made: the order autograd sums a feature's gradients in follows that order)."""
+    return sum(per_modality) / len(per_modality)
 
 
 def per_sample_mean(values: torch.Tensor, sample: torch.Tensor, batch: int,
@@ -60,12 +72,6 @@ def per_sample_mean(values: torch.Tensor, sample: torch.Tensor, batch: int,
     if count is None:
         return (per_sample[has] / counts[has]).mean()
     return (per_sample[has] / counts[has]).sum() / count.to(values.dtype)
-
-
-def masked_text_nll(log_probs: torch.Tensor, targets: torch.Tensor, sample: torch.Tensor, batch: int) -> torch.Tensor:
-    """log_probs [N, V] at the N masked positions, their original token ids [N] and sample index [N]."""
-    nll = -log_probs.gather(1, targets.unsqueeze(1)).squeeze(1) if log_probs.shape[0] else log_probs[:, 0]
-    return per_sample_mean(nll, sample, batch)
 
 
 class _VocabNLL(torch.autograd.Function):
@@ -124,6 +130,15 @@ def vocab_nll(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return _VocabNLL.apply(hidden, weight, bias, targets)
 
 
+def text_reconstruction_loss(hidden: torch.Tensor, head: nn.Linear, targets: torch.Tensor, sample: torch.Tensor,
+                             batch: int, count: torch.Tensor | None = None) -> torch.Tensor:
+    """The masked-text term: NLL of the original tokens ``targets`` [N] under ``head`` (the vocabulary head) at
+    the N masked positions, ``hidden`` [N, E] (``TextPredictor.predict``); ``sample`` [N] each one's sample index
+    in the batch of ``batch``. The head and its NLL fused (``vocab_nll``: one vocabulary-sized buffer, the values
+    of log_softmax + gather), then ``per_sample_mean`` (``count`` as there)."""
+    return per_sample_mean(vocab_nll(hidden, head.weight, head.bias, targets), sample, batch, count)
+
+
 def _patch_grid(images: torch.Tensor, p: int) -> torch.Tensor:
     """[B, 3, H, W] -> a [B, h, w, p, p, 3] view: patch (i, j) with (p, q, c) order inside (MAE ``nchpwq -> nhwpqc``)."""
     B, C, H, W = images.shape
@@ -144,36 +159,29 @@ def norm_pix(patches: torch.Tensor) -> torch.Tensor:
     return (patches - mean) / (var + 1e-6) ** 0.5
 
 
-def masked_image_mse(pred: torch.Tensor, images: torch.Tensor, mask: torch.Tensor, patch_size: int) -> torch.Tensor:
-    """pred [B, N, p*p*3]; images the training tensors [B, 3, H, W]; mask [B, N] bool (True = masked)."""
-    target = norm_pix(patchify(images.float(), patch_size))
-    err = ((pred.float() - target) ** 2).mean(dim=-1)  # [B, N]
-    m = mask.float()
-    n = m.sum(dim=1)
-    per_sample = (err * m).sum(dim=1) / n.clamp(min=1)
-    has = (n > 0).float()
-    return (per_sample * has).sum() / (has.sum() + 1e-8)
-
-
-def masked_patch_mse(pred_rows: torch.Tensor, images: torch.Tensor, mask: torch.Tensor, patch_size: int,
-                     count: torch.Tensor | None = None) -> torch.Tensor:
-    """``masked_image_mse`` from the predictions at the masked patches only: ``pred_rows`` [n, p*p*3] in the order
-    of ``mask.nonzero()``. The target is normalised only where it is read; the value is the same up to the
-    reference's 1e-8 in the final division. ``count`` as in ``per_sample_mean``."""
+def image_reconstruction_loss(rows: torch.Tensor, images: torch.Tensor, mask: torch.Tensor, patch_size: int,
+                              count: torch.Tensor | None = None) -> torch.Tensor:
+    """The masked-image term from the predictions at the masked patches only: ``rows`` [n, p*p*3] in the order of
+    ``mask.nonzero()`` (``ImagePredictor.predict``); ``images`` the training tensors [B, 3, H, W]; ``mask`` [B, N]
+    bool (True = masked). The norm-pix target is cut out and normalised only where it is read. ``count`` as in
+    ``per_sample_mean``."""
     grid = _patch_grid(images.float(), patch_size)  # a view: only the masked patches are cut out
     b, n = mask.nonzero(as_tuple=True)
     w = grid.shape[2]
-    target = norm_pix(grid[b, n // w, n % w].reshape(len(b), -1))  # [n, p*p*3], patchify's order
-    err = ((pred_rows.float() - target) ** 2).mean(dim=-1)
+    d = patch_size * patch_size * grid.shape[-1]  # explicit: a batch with no masked patch has n = 0
+    target = norm_pix(grid[b, n // w, n % w].reshape(len(b), d))  # [n, p*p*3], patchify's order
+    err = ((rows.float() - target) ** 2).mean(dim=-1)
     return per_sample_mean(err, b, mask.shape[0], count)
 
 
 def term_weights(w: LossWeights) -> dict[str, float]:
-    """The weight of each named loss term (the keys ``MaccoTask.forward`` returns)."""
+    """The weight of each named loss term (the ``*_loss`` keys ``MaccoTask.forward`` returns)."""
     return {"contrast_loss": w.contrast, "intra_modal_contrast_loss": w.intra_modal,
-            "mask_loss_text": w.mask_text, "mask_loss_image": w.mask_image}
+            "text_reconstruction_loss": w.mask_text, "image_reconstruction_loss": w.mask_image}
 
 
 def total_loss(terms: dict[str, torch.Tensor], w: LossWeights) -> torch.Tensor:
+    """The weighted sum of the ``*_loss`` keys of ``terms`` (the other keys are statistics); a term without a
+    weight in ``term_weights`` is an error, not silently left out."""
     weights = term_weights(w)
-    return sum(weights[k] * v for k, v in terms.items() if k in weights)
+    return sum(weights[k] * v for k, v in terms.items() if k.endswith("_loss") and k != "total_loss")

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .predictors import take
+from .slots import take
 
 
 def _check_vision(visual: nn.Module) -> None:
@@ -106,7 +106,7 @@ def encode_text_pair(clip: nn.Module, text: torch.Tensor, mask: torch.Tensor, ma
     ``masked_length`` positions (the caller's max over the batch of the EOT and the last masked position, + 1):
     under the causal mask nothing there depends on a later position, so the features are the ones the
     full-length pass gives (captions are ~15 of 77 tokens). ``queries`` [B, M] (positions, e.g.
-    ``predictors.query_slots`` of the mask): the masked copy's tokens come back only there, [B, M, E], and its
+    ``model.slots.query_slots`` of the mask): the masked copy's tokens come back only there, [B, M, E], and its
     last block runs only at them and its EOT.
     """
     _check_text(clip)
@@ -191,7 +191,7 @@ def encode_image_pair(visual: nn.Module, images: torch.Tensor, mask: torch.Tenso
     """((full CLS, full patches), (masked CLS, masked patches)): both copies through the transformer as one
     2B batch; the patch embedding, the same for both before the mask token goes in, is computed once.
 
-    ``queries`` [B, M] (patch indices, e.g. ``predictors.query_slots`` of the mask): the masked copy's patches are
+    ``queries`` [B, M] (patch indices, e.g. ``model.slots.query_slots`` of the mask): the masked copy's patches are
     returned only there, [B, M, E], and its last block runs only at its CLS and those patches (every token still
     a key and value; needs ``plain_last_block`` and no patch dropout, else the full output is gathered). The
     training step reads nothing else of the masked copy.

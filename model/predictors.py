@@ -4,6 +4,10 @@ Both work in the joint embedding space (width E = the CLIP embed dim), apply the
 (every token of a stream averaged with that stream's global feature) to query and key/value streams, then
 pre-norm cross-attention blocks with separate LayerNorms for query and key/value (no attention masks, as in
 the reference). Initialisation follows the reference (macco-reference.md §2.8).
+Each predictor has one entry point, ``predict``: the outputs at the masked positions only, in the order of
+``x[positions]``. Without self-attention layers it computes only those queries (``slots``: the masked copy can
+then be encoded at them only); with them, every position. The plain all-position computation the tests compare
+it with is ``tests/reference_losses.py``.
 """
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .slots import Slots, query_slots, take
 
 
 class CrossAttentionBlock(nn.Module):
@@ -68,21 +74,6 @@ def inject_global(tokens: torch.Tensor, global_feat: torch.Tensor) -> torch.Tens
     return (tokens + global_feat.unsqueeze(1)) / 2
 
 
-def query_slots(positions: torch.Tensor, count: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The positions [B, L] (bool) packed left per sample: (idx [B, M] into L, valid [B, M]) with M the largest
-    count (``count``, when the caller has it on the host: no device sync here); the valid slots list the
-    positions in order, so ``x.gather(1, idx)[valid]`` is ``x[positions]``."""
-    counts = positions.sum(dim=1)
-    m = count if count is not None else (int(counts.max()) if positions.numel() else 0)
-    idx = torch.argsort((~positions).to(torch.int8), dim=1, stable=True)[:, :m]  # masked first, in order
-    return idx, torch.arange(m, device=positions.device) < counts.unsqueeze(1)
-
-
-def take(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """x [B, L, D] at the positions idx [B, M] -> [B, M, D]."""
-    return x.gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
-
-
 def sincos_2d(embed_dim: int, grid: int) -> torch.Tensor:
     """Fixed 2-D sin-cos positions [grid*grid, D] (MAE's construction: half the channels per axis)."""
     if embed_dim % 4:
@@ -113,6 +104,26 @@ class _Predictor(nn.Module):
             for b in blocks:
                 b.init_reference(len(blocks))
 
+    def slots(self, positions: torch.Tensor, count: int | None = None) -> Slots | None:
+        """The query slots (``model.slots.query_slots``) of the positions [B, L] ``predict`` reads, when only those
+        need computing: without self-attention layers every query position is computed independently of the
+        others. None with self-attention layers (every position is read). The masked copy can then be encoded
+        at the slots only (``masked.encode_*_pair(..., queries=idx)``) and passed to ``predict`` with them.
+        ``count``: the largest number of positions in a sample, if known on the host (no device sync)."""
+        return None if len(self.self_blocks) else query_slots(positions, count)
+
+    def _queries(self, x: torch.Tensor, positions: torch.Tensor, count: int | None,
+                 slots: Slots | None) -> tuple[torch.Tensor, Slots] | None:
+        """``predict``'s path: the slots and ``x`` at them ([B, M, E]; None: the full path, every position)."""
+        if len(self.self_blocks):
+            if slots is not None:
+                raise ValueError("query slots need a cross-attention-only predictor (self_layers: 0)")
+            return None
+        if slots is None:
+            slots = query_slots(positions, count)
+            x = take(x, slots[0])
+        return x, slots
+
     def _decode(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         for b in self.self_blocks:
             x = b(x)
@@ -131,33 +142,18 @@ class TextPredictor(_Predictor):
         self._init_blocks()
         nn.init.xavier_uniform_(self.head.weight)
 
-    def forward(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
-                positions: torch.Tensor | None = None) -> torch.Tensor:
-        """x: masked text tokens [B, L, E]; y: full image patches [B, N, E]. Returns log-probabilities at
-        ``positions`` (a [B, L] bool mask) as [n_masked, V], or at every position [B, L, V] if None."""
-        return torch.log_softmax(self.head(self.features(x, x_global, y, y_global, positions)).float(), dim=-1)
-
-    def features(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
-                 positions: torch.Tensor | None = None, count: int | None = None) -> torch.Tensor:
-        """What the vocabulary head reads: [n_masked, E] at ``positions`` (in the order of ``x[positions]``), or
-        [B, L, E] if None. The training loss feeds it to ``losses.vocab_nll`` with the head's weights.
-        ``count``: the largest number of masked positions in a sample, if known (see ``query_slots``)."""
-        if positions is not None and not len(self.self_blocks):
-            # cross-attention only: every query position is computed independently of the others, so only the
-            # masked ones are run (same outputs; a fraction of the cost)
-            idx, valid = query_slots(positions, count)
-            return self.packed_features(take(x, idx), x_global, y, y_global, valid)
-        x = self._decode(inject_global(x, x_global), inject_global(y, y_global))
-        # vocabulary logits only where a token is masked: same loss, far less memory
-        return x[positions] if positions is not None else x
-
-    def packed_features(self, xq: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
-                        valid: torch.Tensor) -> torch.Tensor:
-        """``features`` at the masked positions from the masked-text tokens at the query slots only: ``xq``
-        [B, M, E] at ``query_slots(positions)``'s idx, ``valid`` its mask (what ``encode_text_pair(...,
-        queries=idx)`` returns). Only without self-attention layers."""
-        if len(self.self_blocks):
-            raise ValueError("packed queries need a cross-attention-only text predictor (text_self_layers: 0)")
+    def predict(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
+                positions: torch.Tensor, count: int | None = None,
+                slots: Slots | None = None) -> torch.Tensor:
+        """What the vocabulary head (``head``) reads at the masked ``positions`` [B, L] (bool): [n_masked, E] in the
+        order of ``x[positions]``. x: masked text tokens [B, L, E], or with ``slots`` (``self.slots(positions)``)
+        the tokens at its idx only, [B, M, E] (what ``encode_text_pair(..., queries=idx)`` returns); y: full image
+        patches [B, N, E]. Without self-attention layers only the masked queries are computed (same values); the
+        training loss applies the head fused with its NLL (``losses.text_reconstruction_loss``)."""
+        packed = self._queries(x, positions, count, slots)
+        if packed is None:
+            return self._decode(inject_global(x, x_global), inject_global(y, y_global))[positions]
+        xq, (_, valid) = packed
         return self._decode(inject_global(xq, x_global), inject_global(y, y_global))[valid]
 
 
@@ -175,41 +171,22 @@ class ImagePredictor(_Predictor):
         nn.init.xavier_uniform_(self.proj[1].weight, gain=1 / math.sqrt(width))
         nn.init.zeros_(self.proj[1].bias)
 
-    def forward(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
-                positions: torch.Tensor | None = None, count: int | None = None) -> torch.Tensor:
-        """x: masked image patches [B, N, E]; y: full text tokens [B, L, E]. Returns [B, N, P*P*3]; with
-        ``positions`` ([B, N] bool, the patches the loss uses) the other rows are zero, and without self-attention
-        layers only those patches are computed (``count`` as in ``TextPredictor.features``)."""
-        if positions is None:
-            return self._run(x, x_global, y, y_global)
-        rows = self.rows(x, x_global, y, y_global, positions, count)
-        out = rows.new_zeros(x.shape[0], x.shape[1], rows.shape[-1])
-        out[positions] = rows
-        return out
-
-    def rows(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
-             positions: torch.Tensor, count: int | None = None) -> torch.Tensor:
-        """The predictions at ``positions`` only, [n_masked, P*P*3] in the order of ``x[positions]`` (what the
-        training loss reads); without self-attention layers only those queries are computed."""
-        if len(self.self_blocks):
-            return self._run(x, x_global, y, y_global)[positions]
-        idx, valid = query_slots(positions, count)
-        return self.packed_rows(take(x, idx), x_global, y, y_global, idx, valid)
-
-    def packed_rows(self, xq: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
-                    idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """``rows`` from the masked-image tokens at the query slots only: ``xq`` [B, M, E] = the tokens at ``idx``,
-        (idx, valid) = ``query_slots(positions)`` (what ``encode_image_pair(..., queries=idx)`` returns). Only
-        without self-attention layers (each query is then computed on its own)."""
-        if len(self.self_blocks):
-            raise ValueError("packed queries need a cross-attention-only image predictor (image_self_layers: 0)")
+    def predict(self, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor, y_global: torch.Tensor,
+                positions: torch.Tensor, count: int | None = None,
+                slots: Slots | None = None) -> torch.Tensor:
+        """The (norm-pix) pixel predictions at the masked ``positions`` [B, N] (bool): [n_masked, P*P*3] in the
+        order of ``x[positions]`` (what ``losses.image_reconstruction_loss`` reads). x: masked image patches
+        [B, N, E], or with ``slots`` (``self.slots(positions)``) the patches at its idx only, [B, M, E] (what
+        ``encode_image_pair(..., queries=idx)`` returns); y: full text tokens [B, L, E]. Without self-attention
+        layers only the masked queries are computed (same values)."""
+        packed = self._queries(x, positions, count, slots)
+        if packed is None:
+            x = self.decoder_embed(inject_global(x, x_global)) + self.pos_embed.to(x.dtype)
+            return self._decode(x, inject_global(y, y_global))[positions]
+        xq, (idx, valid) = packed
         # the injection, decoder_embed and the positions act on each token alone: applied to the queries only
         x = self.decoder_embed(inject_global(xq, x_global)) + self.pos_embed[0].to(xq.dtype)[idx]
         return self._decode(x, inject_global(y, y_global))[valid]
 
     def _decode(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.proj(super()._decode(x, y))
-
-    def _run(self, x, x_global, y, y_global) -> torch.Tensor:
-        x = self.decoder_embed(inject_global(x, x_global)) + self.pos_embed.to(x.dtype)
-        return self._decode(x, inject_global(y, y_global))

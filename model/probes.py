@@ -235,7 +235,7 @@ def masked_word_accuracy(task, preprocess, rows: list[dict], image_paths: dict[i
                 ims.append(preprocess(im.convert("RGB")))
         i_glob, i_tok = encode_image_tokens(clip.visual, torch.stack(ims).to(device))
         tm_tok, tm_glob = encode_text_tokens(clip, texts, mask, task.text_mask_token)
-        h = tp.features(tm_tok, tm_glob, i_tok, i_glob, positions=mask)
+        h = tp.predict(tm_tok, tm_glob, i_tok, i_glob, mask)
         right = tp.head(h).argmax(-1) == texts[mask]
         kinds = kind[mask]
         for name, code in (("relation", 1), ("attribute", 2)):

@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .losses import (LossWeights, contrast_loss, intra_modal_loss, masked_patch_mse, per_sample_mean, total_loss,
-                     vocab_nll)
+from .losses import (LossWeights, contrast_loss, image_reconstruction_loss, intra_modal_contrast_loss, intra_modal_loss,
+                     text_reconstruction_loss, total_loss)
 from .masked import (encode_image_pair, encode_image_tokens, encode_text_pair, encode_text_tokens,
                      supports_trimmed_text)
-from .predictors import ImagePredictor, TextPredictor, query_slots
+from .predictors import ImagePredictor, TextPredictor
 
 MODES = ("macco", "clip-ft", "text-only", "image-only")
 
@@ -137,14 +137,14 @@ class MaccoTask(nn.Module):
                                                                                             image_mask)
         tp, ip = self.text_predictor, self.image_predictor
         # cross-attention-only predictors read the masked copies at their masked positions only (query slots):
-        # the copies' last blocks run only there; self-attention predictor layers read every position
+        # the copies' last blocks run only there; self-attention predictor layers read every position (no slots)
         text_slots = image_slots = None
-        if cfg.masks_text and not len(tp.self_blocks):
-            text_slots = query_slots(text_mask[:, :text_len], text_count)
-        elif cfg.masks_text:
-            text_len = texts.shape[1]
-        if cfg.masks_image and not len(ip.self_blocks):
-            image_slots = query_slots(image_mask, image_count)
+        if cfg.masks_text:
+            text_slots = tp.slots(text_mask[:, :text_len], text_count)
+            if text_slots is None:
+                text_len = texts.shape[1]
+        if cfg.masks_image:
+            image_slots = ip.slots(image_mask, image_count)
         if cfg.masks_text:
             (t_tok, t_glob), (tm_tok, tm_glob) = encode_text_pair(clip, texts, text_mask, self.text_mask_token,
                                                                   text_len, text_slots and text_slots[0])
@@ -163,7 +163,7 @@ class MaccoTask(nn.Module):
         I, T = self._gather(I, T)
         imgs, txts = [I], [T]
         out: dict[str, torch.Tensor] = {}
-        intra = []
+        intra = []  # MIR per masked modality
         if cfg.masks_text or cfg.masks_image:
             I_m = F.normalize(im_glob, dim=-1) if cfg.masks_image else None
             T_m = F.normalize(tm_glob, dim=-1) if cfg.masks_text else None
@@ -186,29 +186,21 @@ class MaccoTask(nn.Module):
             hard, = self._gather(F.normalize(clip.encode_text(hard_texts), dim=-1))
         out["contrast_loss"] = contrast_loss(imgs, txts, scale, hard)
         if intra:
-            out["intra_modal_contrast_loss"] = sum(intra) / len(intra)
+            out["intra_modal_contrast_loss"] = intra_modal_contrast_loss(intra)
         if cfg.masks_text:
-            if text_slots:
-                h = tp.packed_features(tm_tok, tm_glob, i_tok.detach(), i_glob.detach(), text_slots[1])
-            else:
-                h = tp.features(tm_tok, tm_glob, i_tok.detach(), i_glob.detach(), positions=text_mask[:, :text_len],
-                                count=text_count)
+            text_positions = text_mask[:, :text_len]
+            h = tp.predict(tm_tok, tm_glob, i_tok.detach(), i_glob.detach(), text_positions, text_count, text_slots)
             targets = texts[text_mask]
-            sample = text_mask.nonzero()[:, 0]
-            # the head and its NLL fused: the same loss as log_softmax + gather, one vocabulary-sized buffer
-            out["mask_loss_text"] = per_sample_mean(vocab_nll(h, tp.head.weight, tp.head.bias, targets), sample, B,
-                                                    self.samples_per_rank(text_mask))
+            out["text_reconstruction_loss"] = text_reconstruction_loss(h, tp.head, targets, text_mask.nonzero()[:, 0],
+                                                                       B, self.samples_per_rank(text_mask))
             if stats:
                 with torch.no_grad():
                     out["masked_word_acc"] = (tp.head(h).argmax(-1) == targets).float().mean() if len(targets) \
                         else h.new_zeros(())
         if cfg.masks_image:
-            if image_slots:
-                rows = ip.packed_rows(im_tok.detach(), im_glob.detach(), t_tok, t_glob, *image_slots)
-            else:
-                rows = ip.rows(im_tok.detach(), im_glob.detach(), t_tok, t_glob, image_mask, image_count)
-            out["mask_loss_image"] = masked_patch_mse(rows, images, image_mask, self.patch_size,
-                                                      self.samples_per_rank(image_mask))
+            rows = ip.predict(im_tok.detach(), im_glob.detach(), t_tok, t_glob, image_mask, image_count, image_slots)
+            out["image_reconstruction_loss"] = image_reconstruction_loss(rows, images, image_mask, self.patch_size,
+                                                                         self.samples_per_rank(image_mask))
         out["total_loss"] = total_loss(out, cfg.weights)
         with torch.no_grad():
             out["empty_text_masks"] = (~text_mask.any(dim=1)).sum().float()

@@ -293,7 +293,9 @@ PROBE_ROWS = [
 ] + [(f"grad ‖{tower}‖ ← {label}", ("gradient_norms", term, tower), "g")
      for tower in ("text", "image")
      for term, label in (("contrast_loss", "contrast"), ("intra_modal_contrast_loss", "MIR"),
-                         ("mask_loss_text", "masked text"), ("mask_loss_image", "masked image"))]
+                         ("text_reconstruction_loss", "masked text"), ("image_reconstruction_loss", "masked image"))]
+# the reconstruction terms' names in probe results written before they were renamed (read as the new names)
+OLD_TERM_NAMES = {"text_reconstruction_loss": "mask_loss_text", "image_reconstruction_loss": "mask_loss_image"}
 PROBE_CHANCE = {"image: pair direction (global) %": "50", "image: pair direction (patches) %": "50",
                 "text: relation direction %": "50", "image: position R² x (global)": "0",
                 "image: position R² y (global)": "0", "image: position R² x (patches)": "0"}
@@ -301,6 +303,8 @@ PROBE_CHANCE = {"image: pair direction (global) %": "50", "image: pair direction
 
 def probe_value(res: dict, path: tuple[str, ...]):
     for k in path:
+        if isinstance(res, dict) and k not in res:
+            k = OLD_TERM_NAMES.get(k, k)
         if not isinstance(res, dict) or k not in res:
             return None
         res = res[k]

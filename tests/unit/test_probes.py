@@ -178,3 +178,17 @@ def test_report_marks_significant_cells_and_writes_the_probe_table(tmp_path):
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["paired_tests"]["models"]["macco"]["What's Up controlled"]["b"] == 30
     assert rep["png"].endswith("results.png")
+
+
+def test_probe_table_reads_gradient_norms_under_the_terms_old_names():
+    """Probe results written before the reconstruction terms were renamed (mask_loss_text / mask_loss_image) give
+    the same rows as ones with the current names."""
+    from pipeline.report import probe_summary
+
+    new = {"gradient_norms": {"text_reconstruction_loss": {"text": 2.0, "image": 0.0},
+                              "image_reconstruction_loss": {"text": 3.0, "image": 0.0}}}
+    old = {"gradient_norms": {"mask_loss_text": {"text": 4.0, "image": 0.0},
+                              "mask_loss_image": {"text": 5.0, "image": 0.0}}}
+    got = probe_summary([new, old])
+    assert got["grad ‖text‖ ← masked text"] == (3.0, pytest.approx(2 ** 0.5), 2)
+    assert got["grad ‖text‖ ← masked image"][:1] == (4.0,) and "grad ‖text‖ ← contrast" not in got

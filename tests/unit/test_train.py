@@ -100,7 +100,8 @@ def test_training_reduces_every_loss_and_export_loads_in_open_clip(world, world_
                   lr_predictor=3e-3, warmup=3, log_every=1)
     s = train(cfg)
     hist = s["history"]
-    for term in ("contrast_loss", "intra_modal_contrast_loss", "mask_loss_text", "mask_loss_image"):
+    for term in ("contrast_loss", "intra_modal_contrast_loss", "text_reconstruction_loss",
+                 "image_reconstruction_loss"):
         first = sum(h[term] for h in hist[:5]) / 5
         last = sum(h[term] for h in hist[-5:]) / 5
         assert last < first, (term, first, last)
@@ -138,6 +139,7 @@ def test_progress_rows_every_log_every_steps(world, world_tables, tmp_path):
     line = format_log_row("macco-s0", rows[0])
     assert line.startswith("train macco-s0: step 2/5 (40 %) | ") and "samples/s | ETA 0m" in line
     assert f"contrast {rows[0]['contrast_loss']:.4f}" in line and f"total {rows[0]['total_loss']:.4f}" in line
+    assert f"text_reconstruction {rows[0]['text_reconstruction_loss']:.4f}" in line  # every *_loss term shows
 
 
 def test_resume_continues_the_same_schedule(world, world_tables, tmp_path):
@@ -151,7 +153,7 @@ def test_resume_continues_the_same_schedule(world, world_tables, tmp_path):
     assert resumed["start_step"] == 3
     a = {h["step"]: h for h in full["history"]}
     for h in resumed["history"]:
-        for k in ("total_loss", "contrast_loss", "mask_loss_text", "mask_loss_image", "lr_clip"):
+        for k in ("total_loss", "contrast_loss", "text_reconstruction_loss", "image_reconstruction_loss", "lr_clip"):
             assert h[k] == pytest.approx(a[h["step"]][k], rel=1e-4, abs=1e-6), (h["step"], k)
     wa = torch.load(full["checkpoint"], weights_only=True)["task"]
     wb = torch.load(resumed["checkpoint"], weights_only=True)["task"]
@@ -327,9 +329,11 @@ def test_probe_runs_on_a_trained_macco_run_with_its_text_predictor(world, world_
     res = probe("macco-micro", s["export"]["pt"], ProbeConfig(world=str(world), text_pairs=200),
                 s["checkpoint"], tables)
     g = res["gradient_norms"]
-    assert set(g) == {"contrast_loss", "intra_modal_contrast_loss", "mask_loss_text", "mask_loss_image", "batch"}
-    assert g["mask_loss_text"]["text"] > 0 and g["mask_loss_text"]["image"] == 0  # the image is detached there
-    assert g["mask_loss_image"]["image"] == 0 and g["mask_loss_image"]["text"] > 0  # masked-image query detached
+    assert set(g) == {"contrast_loss", "intra_modal_contrast_loss", "text_reconstruction_loss",
+                      "image_reconstruction_loss", "batch"}
+    text, image = g["text_reconstruction_loss"], g["image_reconstruction_loss"]
+    assert text["text"] > 0 and text["image"] == 0  # the image is detached there
+    assert image["image"] == 0 and image["text"] > 0  # masked-image query detached
     rec = res["reconstruction"]
     assert rec["relation_n"] > 0 and rec["attribute_n"] > 0 and 0 <= rec["relation_acc"] <= 1
     assert 0 <= res["retrieval"]["i2t_r1"] <= 1 and 0 <= res["zeroshot_top1"] <= 1
