@@ -137,7 +137,9 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     data = dict(cfg["data"])
     world_run = data["source"] == "coco" and data["root"] is None
     if world_run:
-        key = key_of("world", cfg["world"], _version("pipeline.world", "pipeline.world_benchmarks"))
+        from pipeline.world import CODE_MODULES as WORLD_CODE
+
+        key = key_of("world", cfg["world"], _version(*WORLD_CODE))
         world = r.call("world", world_task, r.dir("world", key), key, cfg=cfg["world"])
         data["root"], root_hash = world["dir"], world["content_hash"]
         out["world"] = world
@@ -223,7 +225,7 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
         if bad:
             raise ValueError(f"config train: unknown TrainConfig field(s) {bad}")
     train_tables = {k: tables[k] for k in ("captions", "token_masks", "scene_graphs", "regions")}
-    model_code = _version("model.task", "model.masked", "model.predictors", "model.losses", "model.data",
+    model_code = _version("model.task", "model.masked", "model.predictors", "model.slots", "model.losses", "model.data",
                           "model.scene", "model.train", "model.optim", "model.runlog", "model.export")
     table_hashes = [parse["content_hash"], ground["content_hash"], captions["content_hash"]]
 
@@ -285,10 +287,9 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
         if world_run and ecfg["probes"] else None
     models = list(runs) if ecfg["models"] == "all" else list(ecfg["models"])
     evals: dict[str, list[dict]] = {}
-    eval_code = _version("model.benchmarks", "model.benchmarks.scoring", "model.benchmarks.aro",
-                         "model.benchmarks.sugarcrepe", "model.benchmarks.vlchecklist", "model.benchmarks.valse",
-                         "model.benchmarks.whatsup", "model.benchmarks.winoground", "model.benchmarks.zeroshot",
-                         "model.benchmarks.protocols", "model")
+    from model.benchmarks.registry import code_modules
+
+    eval_code = _version(*code_modules())  # the harness and every registered benchmark's rule
     # the probes read the world and the tables, and rebuild a run's training task from its checkpoint
     probe_key = (sorted(probe_cfg["tables"]), table_hashes, root_hash, _version("model.probes"), model_code) \
         if probe_cfg else None

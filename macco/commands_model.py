@@ -1,0 +1,182 @@
+"""``macco`` verbs that train and evaluate models: train, eval, probe, run (the Prefect flow)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def add_parsers(sub) -> None:
+    tr = sub.add_parser("train", help="train MACCO / CLIP-FT on the tables; extra key=value override the config",
+                        description="train MACCO / CLIP-FT; settings from --config plus key=value overrides "
+                                    "(e.g. mode=clip-ft max_steps=100)")
+    tr.add_argument("--config", help="YAML with the train settings (model/train.py TrainConfig)")
+    tr.set_defaults(fn=cmd_train, takes_extra=True)
+
+    from model.benchmarks.protocols import ACTIVATIONS, ARO_EXCLUSIONS, PROTOCOLS, VLC_MODES
+    from model.benchmarks.registry import BENCHMARKS, cli_help  # no torch: the names and their roots
+
+    ev = sub.add_parser("eval", help="evaluate a model on the compositionality benchmarks (original files)")
+    ev.add_argument("--model", required=True, help="open_clip architecture or local-dir:PATH")
+    ev.add_argument("--checkpoint", help="weights file for --model")
+    ev.add_argument("--benchmark", nargs="+", required=True, choices=(*BENCHMARKS, "all"), metavar="NAME",
+                    help=cli_help())
+    ev.add_argument("--root", type=Path, help="the benchmark's root directory (one benchmark)")
+    ev.add_argument("--world", type=Path, help="a synthetic world: its benchmarks/ sets")
+    ev.add_argument("--out", type=Path, help="JSON results file")
+    ev.add_argument("--results-table", type=Path, help="append rows to this eval_results table directory")
+    ev.add_argument("--device", default="cpu")
+    ev.add_argument("--batch-size", type=int, default=64)
+    ev.add_argument("--autocast", action="store_true", help="autocast (default fp32)")
+    ev.add_argument("--strict", action="store_true", help="missing images are fatal")
+    ev.add_argument("--activation", choices=ACTIVATIONS, default="auto",
+                    help="MLP activation of the evaluated towers: auto (default) = what resolve_arch decides, the "
+                         "training activation (QuickGELU for OpenAI ViT-B/L weights files); gelu = what every "
+                         "official MACCO evaluation script uses (reloads as ViT-B-32, nn.GELU), to match its "
+                         "published numbers; quickgelu forces QuickGELU. Recorded in results.json settings")
+    ev.add_argument("--protocol", choices=PROTOCOLS, default="authors",
+                    help="authors: each benchmark's own harness; macco: MACCO's eval scripts. Sets the defaults of "
+                         "--vlc-mode, --aro-exclusion and the Order image roots (explicit flags win)")
+    ev.add_argument("--aro-exclusion", choices=ARO_EXCLUSIONS, default=None,
+                    help="VG-Relation exclusion list (default: aro_notebook; macco under --protocol macco)")
+    ev.add_argument("--vga-min-count", type=int, default=25)
+    ev.add_argument("--vlc-mode", choices=VLC_MODES, default=None,
+                    help="VL-CheckList: authors (missing images dropped, then 1,000 records per file, POS[0] vs "
+                         "NEG[0]), all (every record and POS x NEG pair), macco (every record; each leaf the mean "
+                         "over its files). Default: the protocol's")
+    ev.add_argument("--allow-partial", action="store_true",
+                    help="report a group average over an incomplete set of its files, marked \"partial\": true "
+                         "with the missing files (default: refused; on with --world)")
+    ev.add_argument("--image-root", action="append", default=[], metavar="NAME=DIR",
+                    help="image directory: NAME coco-order / flickr-order, or a VALSE dataset field value "
+                         "(coco2017 = coco_2017, visual7w, swig, ...); repeatable")
+    ev.add_argument("--winoground-clean-ids", type=Path, metavar="FILE",
+                    help="ids of Winoground's clean subset: Diwan et al.'s new_tag_assignments.json (clean = no "
+                         "tag) or a list of ids (JSON list or one per line)")
+    ev.add_argument("--seed", type=int, default=1, help="Order perturbation seed (ARO authors: 1)")
+    ev.set_defaults(fn=cmd_eval)
+
+    pr = sub.add_parser("probe", help="diagnostics on the synthetic world: image/text probes, reconstruction, "
+                                      "retrieval and zero-shot (held-out images)")
+    pr.add_argument("--model", required=True, help="open_clip architecture or local-dir:PATH")
+    pr.add_argument("--checkpoint", help="weights file for --model (e.g. a run's export .pt)")
+    pr.add_argument("--world", type=Path, required=True, help="the synthetic world root")
+    pr.add_argument("--train-checkpoint", type=Path,
+                    help="a run's training checkpoint (checkpoints/step-*.pt): adds the text predictor's "
+                         "masked-word accuracy and the loss terms' gradient norms per tower (needs --tables)")
+    pr.add_argument("--tables", type=Path,
+                    help="artifacts root or folder holding the captions, token_masks, scene_graphs, regions tables")
+    pr.add_argument("--out", type=Path, help="JSON results file")
+    pr.add_argument("--device", default="cpu")
+    pr.set_defaults(fn=cmd_probe)
+
+    ru = sub.add_parser("run", help="run the whole DAG (the Prefect flow, without a deployment)")
+    ru.add_argument("--config", default="configs/demo.yaml")
+    ru.add_argument("--stages", nargs="+", help="stages to run (default: all): " + " ".join(
+        ("world", "captions", "parse", "ground", "masks", "validate", "train", "evaluate", "report")))
+    ru.add_argument("--force", nargs="+", default=[], help="stages to redo even if cached")
+    ru.set_defaults(fn=cmd_run)
+
+
+def cmd_train(args, extra=()) -> int:
+    from model.runtime import apply_process_settings
+    from model.train import load_config, progress_printer, train
+
+    cfg = load_config(args.config, list(extra))
+    apply_process_settings(cfg.cpu_keep_freed_memory, cfg.device)
+    summary = train(cfg, progress_printer(cfg))
+    last = summary["history"][-1] if summary["history"] else {}
+    print(json.dumps({"steps": summary["steps"], "last": last, "export": summary.get("export")}, indent=2))
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from model.benchmarks import EvalConfig, evaluate
+
+    roots = {}
+    if args.world:
+        from pipeline.world_benchmarks import benchmark_roots
+
+        roots.update(benchmark_roots(args.world))
+    names = args.benchmark
+    if args.root:
+        if len(names) != 1 or names[0] == "all":
+            print("macco eval: --root goes with exactly one --benchmark (use --world for all)", file=sys.stderr)
+            return 2
+        roots[names[0]] = str(args.root)
+    out = _run_eval(args, roots, names, EvalConfig, evaluate)  # input errors: one line from main()
+    for b, r in out["benchmarks"].items():
+        for s, v in r["subsets"].items():
+            acc = v.get("accuracy", v.get("top1", v.get("group")))
+            print(f"{b:<13} {s:<45} n={v.get('n', 0):>6} acc={'-' if acc is None else f'{acc:.4f}'} "
+                  f"ties={v.get('ties', 0)} missing={v.get('missing_images', 0)}")
+        print(f"{b:<13} groups: " + ", ".join(f"{k}={v:.4f}" for k, v in r["groups"].items()
+                                             if isinstance(v, float)))
+        if r.get("partial"):
+            print(f"{b:<13} PARTIAL: " + "; ".join(f"{g} lacks {', '.join(m)}"
+                                                   for g, m in r["missing_files"].items()))
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _run_eval(args, roots: dict, names: list[str], EvalConfig, evaluate) -> dict:
+    from model.benchmarks.protocols import parse_image_roots
+
+    order_roots, valse_roots = parse_image_roots(args.image_root)
+    # the synthetic world's sets hold a few files of each benchmark by design: its group averages are partial
+    allow_partial = args.allow_partial or bool(args.world)
+    cfg = EvalConfig(model=args.model, checkpoint=args.checkpoint, roots=roots, device=args.device,
+                     batch_size=args.batch_size, autocast=args.autocast, strict=args.strict,
+                     aro_exclusion=args.aro_exclusion, vga_min_count=args.vga_min_count, vlc_mode=args.vlc_mode,
+                     seed=args.seed, activation=args.activation, protocol=args.protocol, allow_partial=allow_partial,
+                     order_image_roots=order_roots, valse_image_roots=valse_roots,
+                     winoground_clean_ids=str(args.winoground_clean_ids) if args.winoground_clean_ids else None)
+    return evaluate(cfg, names, args.out, args.results_table)
+
+
+def cmd_run(args) -> int:
+    import os
+    import time
+
+    from flows.config import load_config
+
+    cfg = load_config(args.config)
+    os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(Path(cfg["artifacts"]).resolve() / ".prefect-results"))
+    os.environ.setdefault("PREFECT_HOME", str(Path(".prefect").resolve()))
+    from flows.pipeline import run_flow
+
+    t0 = time.perf_counter()
+    out = run_flow(args.config, stages=args.stages, force=args.force)
+    print(f"macco run: finished in {time.perf_counter() - t0:.0f} s")
+    if "report" in out:
+        print(f"results: {out['report']['markdown']}  {out['report']['png']}")
+    return 0
+
+
+def cmd_probe(args) -> int:
+    from model.probes import ProbeConfig, probe
+    from pipeline.report import format_probes
+
+    tables = None
+    if args.train_checkpoint is not None:
+        if args.tables is None:
+            print("macco probe: --train-checkpoint needs --tables (captions + token_masks)", file=sys.stderr)
+            return 2
+        from pipeline.validate import discover_tables
+
+        tables = discover_tables(args.tables)
+        missing = [t for t in ("captions", "token_masks", "scene_graphs", "regions") if t not in tables]
+        if missing:
+            print(f"macco probe: no {' or '.join(missing)} table under {args.tables}", file=sys.stderr)
+            return 2
+    if tables is not None:
+        tables = {t: tables[t] for t in ("captions", "token_masks", "scene_graphs", "regions")}
+    res = probe(args.model, args.checkpoint, ProbeConfig(world=str(args.world), device=args.device),
+                str(args.train_checkpoint) if args.train_checkpoint else None, tables)
+    print(format_probes({"model": res}))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(res, indent=2, default=str))
+        print(f"wrote {args.out}")
+    return 0

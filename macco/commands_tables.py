@@ -1,0 +1,120 @@
+"""``macco`` verbs that read the tables: validate, inspect, sql, report."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def add_parsers(sub) -> None:
+    v = sub.add_parser("validate", help="run the DuckDB checks over tables; non-zero exit on failure")
+    v.add_argument("path", type=Path, help="an artifacts root or one table directory")
+    v.add_argument("--params", help='JSON thresholds, e.g. {"min_text_mask_coverage": 0.8}')
+    v.set_defaults(fn=cmd_validate)
+
+    i = sub.add_parser("inspect", help="summarise the tables and write macco.duckdb with a view per table")
+    i.add_argument("path", type=Path)
+    i.add_argument("--db", help="duckdb file to write (default PATH/macco.duckdb)")
+    i.set_defaults(fn=cmd_inspect)
+
+    sq = sub.add_parser("sql", help="run a DuckDB query over the tables (the views of macco inspect)",
+                        description="run a DuckDB query over the complete tables under --root, one view per table "
+                                    "(the views macco inspect writes to macco.duckdb)")
+    sq.add_argument("query", help='e.g. "select grid, count(*) from patch_masks group by grid"')
+    sq.add_argument("--root", type=Path, default=Path("artifacts"), help="artifacts root or one table directory "
+                    "(default: artifacts/)")
+    fmt = sq.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="every row as CSV on stdout")
+    fmt.add_argument("--json", action="store_true", help="every row as a JSON list of records on stdout")
+    sq.add_argument("--limit", type=int, default=50, help="rows the table shows (default 50; 0: all)")
+    sq.set_defaults(fn=cmd_sql)
+
+    rp = sub.add_parser("report", help="results.md + results.png from evaluation results (label=path, "
+                                       "a label repeated per seed)",
+                        description="write results.md, results.json and results.png from evaluation results; "
+                                    "each RESULTS is LABEL=PATH, PATH a results.json (macco eval --out) or an "
+                                    "evaluate stage directory holding one; a label repeated is several seeds of "
+                                    "one model (seed from the run name NAME-s<seed> in the json, else the order)")
+    rp.add_argument("results", nargs="+", metavar="RESULTS", help="LABEL=PATH")
+    rp.add_argument("--out", type=Path, required=True, help="output directory")
+    rp.add_argument("--control", default="clip-ft", help="the label the paired tests compare against")
+    rp.add_argument("--title", default="macco: evaluation results")
+    rp.add_argument("--note", default="", help="a line under the title")
+    rp.set_defaults(fn=cmd_report)
+
+
+def cmd_validate(args) -> int:
+    from pipeline.validate import discover_tables, format_results, validate
+
+    tables = discover_tables(args.path)
+    params = json.loads(args.params) if args.params else None
+    results = validate(tables, params, strict=False)
+    print(format_results(results))
+    failed = [r for r in results if r.status == "fail"]
+    if failed:
+        print(f"\nFAILED: {len(failed)} check(s): " + ", ".join(r.check for r in failed), file=sys.stderr)
+        for r in failed:
+            print(f"  {r.check}: {r.bad_rows} bad row(s); e.g. {'; '.join(r.examples)}", file=sys.stderr)
+        return 1
+    print(f"\nall {sum(r.status == 'pass' for r in results)} checks passed "
+          f"({sum(r.status == 'skip' for r in results)} skipped)")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from pipeline.inspection import format_summary, summarize, write_duckdb
+    from pipeline.validate import discover_tables
+
+    tables = discover_tables(args.path)
+    if not tables:
+        print(f"macco inspect: no complete tables under {args.path}", file=sys.stderr)
+        return 1
+    print(format_summary(summarize(tables)))
+    db = Path(args.db) if args.db else Path(args.path) / "macco.duckdb"
+    write_duckdb(tables, db)
+    print(f"\nwrote {db}: views {', '.join(sorted(tables))}")
+    return 0
+
+
+def cmd_sql(args) -> int:
+    import duckdb
+
+    from pipeline.inspection import format_rows, query, query_error, write_csv, write_json
+    from pipeline.validate import discover_tables
+
+    tables = discover_tables(args.root)
+    if not tables:
+        print(f"macco sql: no complete tables under {args.root}", file=sys.stderr)
+        return 1
+    limit = None if args.csv or args.json or args.limit <= 0 else args.limit
+    try:
+        cols, rows, total = query(tables, args.query, limit)
+    except duckdb.Error as exc:
+        hint = f" (views: {', '.join(sorted(tables))})" if isinstance(exc, duckdb.CatalogException) else ""
+        print(f"macco sql: {query_error(exc)}{hint}", file=sys.stderr)
+        return 2
+    if args.csv:
+        write_csv(cols, rows, sys.stdout)
+    elif args.json:
+        write_json(cols, rows, sys.stdout)
+    elif cols:
+        print(format_rows(cols, rows, total))
+    else:
+        print("ok (no result)")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from pipeline.report import load_results, write_report
+
+    try:
+        results = load_results(args.results)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"macco report: {exc}", file=sys.stderr)
+        return 2
+    if args.control not in results and len(results) > 1:
+        print(f"macco report: no results labelled {args.control!r} (--control): no paired tests", file=sys.stderr)
+    rep = write_report(results, args.out, args.title, args.note, control=args.control)
+    print(rep["table"])
+    print(f"\nwrote {rep['markdown']}  {rep['png']}")
+    return 0
