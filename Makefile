@@ -15,7 +15,7 @@ export PREFECT_HOME ?= $(CURDIR)/.prefect
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo demo-full test test-fast bench install server worker deploy clean
+.PHONY: demo demo-full test test-fast bench gpu-wheels install server worker deploy clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ test-fast: $(DEPS_STAMP)
 
 bench: $(DEPS_STAMP)
 	$(PY) bench/run_all.py
+
+# What the GPU run carries (bench/gpu/README.md): the py3.12 manylinux wheels of bench/gpu/wheels.txt and the
+# e2e section's prepared world, into bench/gpu/.carry (ignored). On the lent machine: bash bench/gpu/run.sh
+gpu-wheels: $(DEPS_STAMP)
+	$(PY) bench/gpu/prepare.py --dest bench/gpu/.carry
 
 server: $(DEPS_STAMP)
 	$(VENV)/bin/prefect server start --host 127.0.0.1 --port 4200 --analytics-off

@@ -1,6 +1,4 @@
 #!/usr/bin/env bash
-# ViT-B/32 MACCO and CLIP-FT training steps at batch 256 (bf16, fused AdamW, synthetic images) on one GPU:
-# samples/s and peak memory, < 10 minutes. `bench/gpu.sh` adds grounding and evaluation figures.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-timeout 540 "${PY:-.venv/bin/python}" bench/gpu.py --train-only
+# Only the GPU script's training-step sections (ViT-B/32 MACCO and CLIP-FT at batch 256, fp16 + GradScaler and
+# bf16, eager and torch.compile); the whole script is bench/gpu/run.sh (bench/gpu/README.md).
+exec bash "$(dirname "$0")/gpu/run.sh" --sections train compile "$@"
