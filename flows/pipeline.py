@@ -169,13 +169,12 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     backend = gcfg["backend"]
     weights = [gcfg.get(k) for k in ("checkpoint", "model_dir") if gcfg.get(k)]
     from model.export import file_sha256
-    from pipeline.grounding import backend_module
+    from pipeline.stages import ground_code_modules
 
     weight_sha = [file_sha256(w) if Path(w).is_file() else w for w in weights]
     # root_hash: the images and instance annotations the grounders read (the captions hash covers neither)
     key = key_of("ground", captions["content_hash"], parse["content_hash"], root_hash, gcfg, weight_sha,
-                 _version("pipeline.grounding", "pipeline.grounding.base", backend_module(backend),
-                          "pipeline.stages"))
+                 _version(*ground_code_modules(backend)))
     gdir = r.dir("ground", key)
     n_img = ground_items(captions, parse) if not stage_done(gdir) else 1
     ground = r.mapped("ground", ground_shard_task, ground_finalize_task, gdir, key,

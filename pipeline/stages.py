@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -15,6 +14,7 @@ from typing import Callable, Iterable
 from data_schemas import TABLES, ShardedTableWriter, is_complete, read_manifest, read_table, write_table
 from data_schemas.errors import error_row
 from data_schemas.scene_graphs import SPACY_MODEL
+from pipeline.grounding.plan import plan_queries, regions_from_boxes
 
 
 def code_version(*modules: str) -> str:
@@ -243,26 +243,12 @@ def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None
 
 
 # ---- ground ----------------------------------------------------------------------------------------------
-def object_queries(concepts: list[dict]) -> tuple[dict[int, str], dict[int, list[int]]]:
-    """For one caption's concept rows: the query phrase of each object that a phrase needs, and for each
-    attribute/relation concept the objects whose boxes it takes (its object; subject and object)."""
-    by_id = {c["concept_id"]: c for c in concepts}
-    attrs: dict[int, list[dict]] = {}
-    for c in concepts:
-        if c["kind"] == "attribute":
-            attrs.setdefault(c["object_id"], []).append(c)
-    needs: dict[int, list[int]] = {}
-    for c in concepts:
-        if c["kind"] == "attribute":
-            needs[c["concept_id"]] = [c["object_id"]]
-        elif c["kind"] == "relation":
-            needs[c["concept_id"]] = [c["subject_id"], c["object_id"]]
-    queries = {}
-    for objs in needs.values():
-        for o in objs:
-            words = [a["text"] for a in sorted(attrs.get(o, []), key=lambda a: a["char_start"])]
-            queries[o] = " ".join(words + [by_id[o]["text"]]).lower()
-    return queries, needs
+def ground_code_modules(backend: str) -> tuple[str, ...]:
+    """The modules whose code the ground stage's output depends on (its code version; the flow's key too)."""
+    from pipeline.grounding import backend_module
+
+    return ("pipeline.grounding", "pipeline.grounding.base", "pipeline.grounding.plan", backend_module(backend),
+            "pipeline.stages")
 
 
 def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root: str | Path | None,
@@ -274,7 +260,7 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
     ``inputs``: a content hash of the captions, scene graphs, instances and images when the caller has one
     (the flow's stage key), else computed from the rows; unfinished shards are reused only with the same.
     """
-    from pipeline.grounding import backend_module, make_grounder
+    from pipeline.grounding import make_grounder
     from pipeline.grounding.base import GroundItem
 
     loaded = {"g": grounder}
@@ -293,15 +279,8 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
         grounder = loaded["g"]
         regions, errors, items, plans = [], [], [], []
         for iid in ids:
-            info = images[iid]
-            row = info["row"]
-            per_caption = []
-            phrases: dict[str, int] = {}
-            for cap in info["captions"]:
-                q, needs = object_queries(by_caption[cap["caption_id"]])
-                for text in q.values():
-                    phrases.setdefault(text, len(phrases))
-                per_caption.append((cap, q, needs))
+            row = images[iid]["row"]
+            per_caption, phrases = plan_queries(images[iid]["captions"], by_caption)
             if not phrases:
                 continue
             image = None
@@ -314,35 +293,15 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
                 raise ValueError(f"the {grounder.name} grounding backend reads images: pass the image root")
             items.append(GroundItem(iid, row["width"], row["height"], list(phrases), image))
             plans.append((row, per_caption, phrases))
-        found = _ground_each(grounder, items, errors)
-        for (row, per_caption, phrases), boxes in zip(plans, found):
-            if boxes is None:  # this image failed in the grounder: an error row already says why
-                continue
-            for cap, q, needs in per_caption:
-                for concept_id, objs in needs.items():
-                    uniq: dict[tuple, object] = {}
-                    for o in objs:
-                        for j, b in enumerate(boxes[phrases[q[o]]]):
-                            problem = _box_problem(b.xyxy, row)
-                            if problem is not None:  # id: caption, concept, object, box - unique by construction
-                                errors.append(error_row("ground", f"{cap['caption_id']}:{concept_id}:{o}:{j}",
-                                                        *problem))
-                                continue
-                            uniq.setdefault(tuple(round(v, 3) for v in b.xyxy), b)
-                    concept = next(c for c in by_caption[cap["caption_id"]] if c["concept_id"] == concept_id)
-                    if not uniq:
-                        errors.append(error_row("ground", f"{cap['caption_id']}:{concept_id}", "no_box",
-                                                f"caption {cap['caption_id']}: no box for {concept['phrase']!r}"))
-                    for k, b in enumerate(uniq.values()):
-                        regions.append({"caption_id": cap["caption_id"], "concept_id": concept_id, "box_id": k,
-                                        "image_id": row["image_id"], "phrase": concept["phrase"],
-                                        "box_xyxy": [float(v) for v in b.xyxy], "score": min(max(b.score, 0.0), 1.0),
-                                        "label": b.label, "backend": grounder.name})
+        for (row, per_caption, phrases), boxes in zip(plans, _ground_each(grounder, items, errors)):
+            if boxes is not None:  # None: this image failed in the grounder, an error row already says why
+                r, e = regions_from_boxes(row, per_caption, phrases, boxes, by_caption, grounder.name)
+                regions += r
+                errors += e
         return {"regions": regions, "errors": errors}
 
     conf = {k: v for k, v in asdict(cfg).items() if k not in ("device", "batch_size")}
-    ver = code_version("pipeline.grounding", "pipeline.grounding.base", backend_module(cfg.backend),
-                       "pipeline.stages")
+    ver = code_version(*ground_code_modules(cfg.backend))
     if inputs is None:
         inputs = content_hash([[images[i]["captions"] for i in image_ids], scene_graphs,
                                sorted((instances or {}).items())])
@@ -368,16 +327,6 @@ def _open_checked(path: Path, row: dict, load: bool):
             return (ImageOps.exif_transpose(im).convert("RGB") if load else None), None
     except (OSError, UnidentifiedImageError, ValueError) as exc:
         return None, ("unreadable_image", f"{path}: {exc}")
-
-
-def _box_problem(xyxy, row: dict):
-    """(reason, message) for a box that is not finite or not inside the image with positive area, else None."""
-    if not all(math.isfinite(v) for v in xyxy):
-        return "box_not_finite", f"image {row['image_id']}: box {list(xyxy)} has a non-finite coordinate"
-    x1, y1, x2, y2 = xyxy
-    if x1 < 0 or y1 < 0 or x2 > row["width"] or y2 > row["height"] or x2 <= x1 or y2 <= y1:
-        return "box_outside_image", f"image {row['image_id']}: box {list(xyxy)} outside {row['width']}x{row['height']}"
-    return None
 
 
 def _ground_each(grounder, items: list, errors: list) -> list:

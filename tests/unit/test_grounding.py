@@ -7,8 +7,9 @@ from pipeline.grounding import make_grounder
 from pipeline.grounding.annotations import AnnotationsGrounder
 from pipeline.grounding.base import (GroundingConfig, GroundItem, build_prompt,
                                      phrase_token_indices, select_boxes)
-from pipeline.stages import (ParseConfig, ground_stage, object_queries, parse_stage, patches_stage,
-                             read_caption_input, read_instances)
+from pipeline.grounding.plan import object_queries
+from pipeline.stages import (ParseConfig, ground_stage, parse_stage, patches_stage, read_caption_input,
+                             read_instances)
 from tests_support import build_tiny_groundingdino_py, build_tiny_hf_groundingdino, write_tiny_bert
 
 
