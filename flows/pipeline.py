@@ -148,8 +148,9 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
 
     if not r.needed("captions"):
         return out
-    key = key_of("captions", root_hash, cfg["data"],
-                 _version("pipeline.captions", "pipeline.sources", "pipeline.stages"))
+    from pipeline.stages import CAPTIONS_CODE, MASKS_CODE, PARSE_CODE
+
+    key = key_of("captions", root_hash, cfg["data"], _version(*CAPTIONS_CODE))
     captions = r.call("captions", captions_task, r.dir("captions", key), key, data=data)
     root = captions["root"]  # the image root every later stage reads
     out["captions"] = captions
@@ -157,7 +158,7 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
         return out
     pcfg = cfg["parse"]
     key = key_of("parse", captions["content_hash"], pcfg,
-                 _version("pipeline.scene_graph", "pipeline.tokens", "pipeline.stages"))
+                 _version(*PARSE_CODE))
     parse = r.mapped("parse", parse_shard_task, parse_finalize_task, r.dir("parse", key), key,
                      n_shards(captions["tables"]["captions"]["rows"], pcfg["shard_size"]), captions=captions,
                      cfg=pcfg)
@@ -184,7 +185,7 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     if not r.needed("masks"):
         return out
     key = key_of("masks", ground["content_hash"], captions["content_hash"], cfg["masks"],
-                 _version("pipeline.patches", "data_schemas.geometry", "pipeline.stages"))
+                 _version(*MASKS_CODE))
     masks = r.call("masks", masks_task, r.dir("masks", key), key, captions=captions, ground=ground, cfg=cfg["masks"])
 
     out["masks"] = masks

@@ -17,6 +17,12 @@ from data_schemas.scene_graphs import SPACY_MODEL
 from pipeline.grounding.plan import plan_queries, regions_from_boxes
 
 
+# the modules whose code each stage's output depends on: its manifest's code version and the flow's key
+CAPTIONS_CODE = ("pipeline.captions", "pipeline.sources", "pipeline.stages")
+PARSE_CODE = ("pipeline.scene_graph", "pipeline.tokens", "pipeline.stages")
+MASKS_CODE = ("pipeline.patches", "data_schemas.geometry", "pipeline.stages")
+
+
 def code_version(*modules: str) -> str:
     """sha256 (12 hex) over the source files of ``modules`` (dotted names) - the stage's code version."""
     import importlib
@@ -143,7 +149,7 @@ def captions_stage(cfg: CaptionsConfig, out: Path) -> dict[str, dict]:
     """Read the source (COCO, the world, CSV/TSV, image folder, webdataset) into ``out/captions`` +
     ``out/errors``."""
     read = read_source(cfg, out)
-    conf, ver = asdict(cfg), code_version("pipeline.captions", "pipeline.sources", "pipeline.stages")
+    conf, ver = asdict(cfg), code_version(*CAPTIONS_CODE)
     return {
         "captions": write_table(TABLES["captions"], out / "captions", TABLES["captions"].from_rows(read.rows),
                                 config=conf, code_version=ver, extra={"summary": read.summary()}),
@@ -230,7 +236,7 @@ def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None
                 merged[name].extend(part_rows)
         return merged
 
-    ver = code_version("pipeline.scene_graph", "pipeline.tokens", "pipeline.stages")
+    ver = code_version(*PARSE_CODE)
     try:
         return run_sharded(captions, cfg.shard_size,
                            {n: out / n for n in ("scene_graphs", "token_masks", "errors")}, shard,
@@ -380,4 +386,4 @@ def patches_stage(models: list[str], captions: list[dict], regions: list[dict], 
     conf = {"models": sorted(models), "geometries": [asdict(g) for g in geos]}
     return {"patch_masks": write_table(TABLES["patch_masks"], out / "patch_masks",
                                        TABLES["patch_masks"].from_rows(rows), config=conf,
-                                       code_version=code_version("pipeline.patches", "pipeline.stages"))}
+                                       code_version=code_version(*MASKS_CODE))}
