@@ -44,17 +44,11 @@ def python():
 def world_tables(world, tmp_path_factory):
     """The session world run through captions -> parse -> ground (annotations) -> patch masks."""
     from data_schemas import TABLES, read_table
-    from pipeline.grounding.base import GroundingConfig
-    from pipeline.stages import (CaptionsConfig, ParseConfig, captions_stage, ground_stage, parse_stage,
-                                 patches_stage, read_caption_input, read_instances)
+    from pipeline.stages import patches_stage
+    from tests_support import build_world_tables
 
     out = tmp_path_factory.mktemp("tables")
-    captions_stage(CaptionsConfig(root=str(world)), out)
-    caps = read_caption_input(out / "captions")
-    parse_stage(ParseConfig(), caps, out)
-    sg = read_table(TABLES["scene_graphs"], out / "scene_graphs").to_pylist()
-    ground_stage(GroundingConfig(), caps, sg, world, out / "ground",
-                 instances=read_instances(world, ["train", "val", "test"]))
+    caps = build_world_tables(world, out)
     regions = read_table(TABLES["regions"], out / "ground" / "regions").to_pylist()
     patches_stage(["macco-micro"], caps, regions, out / "ground")
     return {"captions": out / "captions", "token_masks": out / "token_masks", "scene_graphs": out / "scene_graphs",

@@ -182,3 +182,20 @@ def run_flow_states(config: Path, **kw):
     return state.result(), task_states(state.state_details.flow_run_id)
 
 
+
+
+def build_world_tables(world: Path, out: Path) -> list[dict]:
+    """A world's training tables under ``out``: captions -> parse (spaCy rules) -> ground (the world's
+    annotations, into ``out/ground``), as the flow builds them; returns the caption rows."""
+    from data_schemas import TABLES, read_table
+    from pipeline.grounding.base import GroundingConfig
+    from pipeline.stages import (CaptionsConfig, ParseConfig, captions_stage, ground_stage, parse_stage,
+                                 read_caption_input, read_instances)
+
+    captions_stage(CaptionsConfig(root=str(world)), out)
+    caps = read_caption_input(out / "captions")
+    parse_stage(ParseConfig(), caps, out)
+    sg = read_table(TABLES["scene_graphs"], out / "scene_graphs").to_pylist()
+    ground_stage(GroundingConfig(), caps, sg, world, out / "ground",
+                 instances=read_instances(world, ["train", "val", "test"]))
+    return caps

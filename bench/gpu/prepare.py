@@ -71,8 +71,9 @@ def download_wheels(dest: Path, python_version: str = "3.12", requirements: list
 
 def write_world(dest: Path, tiny: bool = False) -> dict:
     """The e2e section's world and tables (``sections.prepare_world``) at the run's sizes."""
-    if str(HERE) not in sys.path:
-        sys.path[:0] = [str(HERE), str(REPO)]
+    for path in (HERE, REPO, REPO / "tests"):  # tests/ for tests_support
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
     import sections
 
     size = sections.SIZES["tiny" if tiny else "full"]

@@ -372,20 +372,12 @@ def world_tables(world: Path) -> dict[str, Path]:
 def prepare_world(world: Path, images: int, size: int, seed: int = 0) -> dict[str, Path]:
     """A synthetic world under ``world/images`` and its training tables under ``world/tables``: captions ->
     parse (spaCy) -> ground (the world's annotations), as the tests' ``world_tables`` fixture builds them."""
-    from data_schemas import TABLES, read_table
-    from pipeline.grounding.base import GroundingConfig
-    from pipeline.stages import (CaptionsConfig, ParseConfig, captions_stage, ground_stage, parse_stage,
-                                 read_caption_input, read_instances)
     from pipeline.world import WorldConfig, generate_world
+    from tests_support import build_world_tables
 
-    root, out = world / "images", world / "tables"
+    root = world / "images"
     generate_world(root, WorldConfig(seed=seed, images=images, size=size, benchmarks=False))
-    captions_stage(CaptionsConfig(root=str(root)), out)
-    caps = read_caption_input(out / "captions")
-    parse_stage(ParseConfig(), caps, out)
-    sg = read_table(TABLES["scene_graphs"], out / "scene_graphs").to_pylist()
-    ground_stage(GroundingConfig(), caps, sg, root, out / "ground",
-                 instances=read_instances(root, ["train", "val", "test"]))
+    build_world_tables(root, world / "tables")
     return world_tables(world)
 
 
