@@ -33,6 +33,17 @@ class InputFileError(ValueError):
     line or value. The ``macco`` command prints it as one line (exit 2) instead of a traceback."""
 
 
+def load_json(path: str | Path) -> Any:
+    """A JSON input file: missing -> FileNotFoundError, malformed -> InputFileError, both naming the file."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: file not found")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputFileError(f"{path}: not valid JSON ({exc})") from exc
+
+
 class TableError(InputFileError):
     """A table on disk is missing, incomplete, damaged or does not match its schema."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_schemas import InputFileError
+from data_schemas import InputFileError, load_json
 from data_schemas.errors import error_row
 
 STAGE = "captions"
@@ -21,16 +21,6 @@ DEFAULT_SPLIT = "train"
 
 __all__ = ["InputFileError", "CaptionRead", "read_caption_file", "read_caption_jsonl", "read_coco_captions",
            "read_coco_instances", "read_coco_root", "read_karpathy", "split_of"]
-
-
-def load_json(path: str | Path) -> Any:
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: file not found")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputFileError(f"{path}: not valid JSON ({exc})") from exc
 
 
 def _require(obj: Any, key: str, path: Path, where: str, kind: type | tuple[type, ...]) -> Any:

@@ -18,21 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from data_schemas import InputFileError
+from data_schemas import InputFileError, load_json
 from data_schemas.scene_graphs import SPACY_MODEL
 
 from .scoring import Case, group_accuracy, mean
 
 EXCLUDED = Path(__file__).parent / "data" / "aro_vg_relation_excluded.json"
-
-
-def _load(path: Path):
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: file not found")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputFileError(f"{path}: not valid JSON ({exc})") from exc
 
 
 def _field(rec: dict, key: str, path: Path, i: int):
@@ -46,7 +37,7 @@ def load_vg(root: str | Path, kind: str) -> list[Case]:
     name = {"relation": "visual_genome_relation.json", "attribution": "visual_genome_attribution.json"}[kind]
     path = root / name
     cases = []
-    for i, r in enumerate(_load(path)):
+    for i, r in enumerate(load_json(path)):
         crop = tuple(float(_field(r, k, path, i)) for k in ("bbox_x", "bbox_y", "bbox_w", "bbox_h"))
         if kind == "relation":
             group = _field(r, "relation_name", path, i)
@@ -151,7 +142,7 @@ def load_order(annotation: str | Path, image_root: str | Path, subset: str, seed
     path = Path(annotation)
     sh = TextShuffler(seed, spacy_model)
     cases = []
-    for i, rec in enumerate(_load(path)):
+    for i, rec in enumerate(load_json(path)):
         img = str(Path(image_root) / _field(rec, "image", path, i))
         for cap in _field(rec, "caption", path, i):
             opts = [cap, sh.shuffle_nouns_and_adj(cap), sh.shuffle_allbut_nouns_and_adj(cap),

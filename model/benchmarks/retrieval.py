@@ -17,12 +17,11 @@ sort; ``torch.topk`` leaves them unspecified), so R@1 equals the first-index ``a
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from data_schemas import InputFileError
+from data_schemas import InputFileError, load_json
 
 KS = (1, 5, 10)
 FILES = {"retrieval-coco": ("dataset_coco.json", "coco_karpathy_test.json"),
@@ -53,10 +52,7 @@ def load(root: str | Path, name: str = "retrieval-coco",
     root = Path(root)
     path = _find(root, name)
     base = path.parent
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise InputFileError(f"{path}: not JSON ({e})") from None
+    data = load_json(path)
     images, captions = [], []
     if isinstance(data, dict):  # Karpathy
         if not isinstance(data.get("images"), list):

@@ -14,10 +14,9 @@ mean(Location, Size), Attribute = mean of the 5 types, Relation = mean(action, s
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from data_schemas import InputFileError
+from data_schemas import InputFileError, load_json
 
 from .scoring import Case, mean
 
@@ -136,10 +135,7 @@ def load(root: str | Path, mode: str = "authors", max_num: int = 2000) -> list[C
         leaf = leaf_of(rel, layout)
         if leaf is None:
             raise InputFileError(f"{f}: not a VL-CheckList {layout}-layout file (unknown category path {rel.as_posix()})")
-        try:
-            records = json.loads(f.read_text())
-        except json.JSONDecodeError as exc:
-            raise InputFileError(f"{f}: not valid JSON ({exc})") from exc
+        records = load_json(f)
         img_root = _image_dir(root, layout, f, rel, leaf[1], roots)
         subset, kept = rel.with_suffix("").as_posix(), 0
         for i, r in enumerate(records):
