@@ -379,7 +379,7 @@ def train_step(state: TrainState, batch: dict, step: int, stats: bool) -> tuple[
         for k, v in out.items():
             terms[k] = terms.get(k, 0) + v.detach().float() / cfg.accum_steps
     if stats and state.world > 1:
-        terms = _over_ranks(terms, state.world)
+        terms = terms_over_ranks(terms, state.world)
     check_every = 1 if device.type == "cpu" else max(cfg.log_every, 1)  # a finite check syncs the GPU
     if ((step + 1) % check_every == 0 or step == state.start) and not torch.isfinite(terms["total_loss"]):
         raise NonFiniteLoss(f"non-finite loss at step {step}: { {k: float(v) for k, v in terms.items()} }")
@@ -393,7 +393,7 @@ def train_step(state: TrainState, batch: dict, step: int, stats: bool) -> tuple[
     return terms, lrs
 
 
-def _over_ranks(terms: dict[str, torch.Tensor], world: int) -> dict[str, torch.Tensor]:
+def terms_over_ranks(terms: dict[str, torch.Tensor], world: int) -> dict[str, torch.Tensor]:
     """The logged terms of a DDP step: each term the average over ranks (the global batch's value, see
     ``MaccoTask.samples_per_rank``), the ``empty_*`` sample counts summed."""
     names = sorted(terms)

@@ -59,6 +59,8 @@ def worker(rank: int, world: int, init_file: str, cfgs: list[dict], out: str) ->
     """Rank ``rank`` of ``world``: for each task config, its contiguous share of the batch through DDP; rank 0
     saves, per config, the terms (averaged over ranks, as the training log does) and the synchronised
     gradients."""
+    from model.train import terms_over_ranks
+
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
@@ -71,10 +73,8 @@ def worker(rank: int, world: int, init_file: str, cfgs: list[dict], out: str) ->
             batch = make_batch()
             per = len(CAPTIONS) // world
             terms = step(model, task, batch, slice(rank * per, (rank + 1) * per))
-            names = sorted(terms)
-            vec = torch.stack([terms[k] for k in names])
-            torch.distributed.all_reduce(vec)
-            results.append({"terms": dict(zip(names, (vec / world).tolist())), "grads": grads(task)})
+            logged = terms_over_ranks(terms, world)  # what the training log reports
+            results.append({"terms": {k: float(v) for k, v in logged.items()}, "grads": grads(task)})
         if rank == 0:
             torch.save(results, Path(out))
     finally:
