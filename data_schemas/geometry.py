@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 PREPROCESS = "resize-center-crop"
+# the paper's backbone: the default architecture of every stage (tokenizer, patch grid, training, evaluation)
+DEFAULT_ARCH = "ViT-B-32"
 
 
 @dataclass(frozen=True)

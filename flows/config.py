@@ -10,59 +10,87 @@ import yaml
 
 STAGES = ("world", "captions", "parse", "ground", "masks", "validate", "train", "evaluate", "report")
 
-DEFAULTS: dict = {
-    "name": "demo",
-    "artifacts": "artifacts",
-    "world": {"seed": 0, "images": 1000, "size": 64, "eval_fraction": 0.2},  # used when data.root is null
-    "data": None,  # pipeline.stages.CaptionsConfig's fields (filled below: one source for the defaults)
-    "parse": None,  # pipeline.stages.ParseConfig's defaults for these keys (filled below)
-    "ground": None,  # pipeline.grounding.base.GroundingConfig's defaults for these keys (filled below)
-    "masks": {"models": ["ViT-B-32"]},
-    "validate": {"params": {}},
-    "train": {
-        "arch": "ViT-B-32",
-        "base": None,  # a training section (or a list: a chain) run first; the last export initialises runs
-        "pretrained": None,  # weights file for the fine-tunes when there is no base
-        "runs": {"macco": {"mode": "macco"}},  # name -> overrides of `common`
-        "seeds": [0],
-        "common": {},  # model.train.TrainConfig fields shared by every run
-        "torchrun_nproc": 1,  # >1: launch each run under torchrun (DDP)
-    },
-    "evaluate": {"benchmarks": "all", "roots": {}, "settings": {}, "models": "all",
-                 "probes": True,  # on the synthetic world: model.probes for every model
-                 "control": "clip-ft"},  # every other model is tested against it (paired McNemar) in the report
-    "dask": {"address": None, "local_workers": 0},
-}
 
-
-def _data_defaults() -> dict:
+def _defaults() -> dict:
+    """The flow config's defaults. Every stage setting's default is its stage config dataclass's (one source);
+    the flow's own keys (which runs, seeds, shard sizes of the mapped stages, roots) are set here."""
     from dataclasses import asdict
 
-    from pipeline.stages import CaptionsConfig
-
-    d = asdict(CaptionsConfig(root="."))  # root: a placeholder for the check; null means the synthetic world
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in {**d, "root": None}.items()}
-
-
-def _stage_defaults(config, keys: tuple[str, ...], **own) -> dict:
-    """The stage config dataclass's defaults for the flow section's ``keys`` (one source for each default), plus
-    the flow's own settings ``own``."""
-    return {**{k: getattr(config, k) for k in keys}, **own}
-
-
-def _parse_ground_defaults() -> tuple[dict, dict]:
+    from data_schemas.config import defaults
+    from model.train_config import TrainConfig
     from pipeline.grounding.base import GroundingConfig
-    from pipeline.stages import ParseConfig
+    from pipeline.stages import CaptionsConfig, ParseConfig
+    from pipeline.world import WorldConfig
 
-    parse = _stage_defaults(ParseConfig, ("parser", "spacy_model", "clip_model", "n_process", "shard_size"))
-    ground = _stage_defaults(GroundingConfig, ("backend", "box_threshold", "text_threshold", "checkpoint",
-                                               "config_file", "bert_dir", "model_dir", "device", "batch_size"),
-                             shard_size=500)
-    return parse, ground
+    def pick(config, *keys, **own) -> dict:
+        d = defaults(config)
+        return {**{k: list(d[k]) if isinstance(d[k], tuple) else d[k] for k in keys}, **own}
+
+    data = asdict(CaptionsConfig(root="."))  # root: a placeholder for the check; null means the synthetic world
+    return {
+        "name": "demo",
+        "artifacts": "artifacts",
+        "world": pick(WorldConfig, "seed", "images", "size", "eval_fraction"),  # used when data.root is null
+        "data": {k: list(v) if isinstance(v, tuple) else v for k, v in {**data, "root": None}.items()},
+        "parse": pick(ParseConfig, "parser", "spacy_model", "clip_model", "n_process", "shard_size"),
+        "ground": pick(GroundingConfig, "backend", "box_threshold", "text_threshold", "checkpoint", "config_file",
+                       "bert_dir", "model_dir", "device", "batch_size", "shard_size"),
+        "masks": {"models": [TrainConfig.arch]},  # the architectures whose patch grids to write
+        "validate": {"params": {}},
+        "train": {
+            "arch": TrainConfig.arch,
+            "base": None,  # a training section (or a list: a chain) run first; the last export initialises runs
+            "pretrained": None,  # weights file for the fine-tunes when there is no base
+            "runs": {"macco": {"mode": "macco"}},  # name -> overrides of `common`
+            "seeds": [0],
+            "common": {},  # model.train.TrainConfig fields shared by every run
+            "torchrun_nproc": 1,  # >1: launch each run under torchrun (DDP)
+        },
+        "evaluate": {"benchmarks": "all", "roots": {}, "settings": {}, "models": "all",  # settings: EvalConfig's
+                     "probes": True,  # on the synthetic world: model.probes for every model
+                     "control": "clip-ft"},  # every other model is tested against it (paired McNemar) in the report
+        "dask": {"address": None, "local_workers": 0},
+    }
 
 
-DEFAULTS["data"] = _data_defaults()
-DEFAULTS["parse"], DEFAULTS["ground"] = _parse_ground_defaults()
+DEFAULTS: dict = _defaults()
+
+
+def check_sections(cfg: dict) -> None:
+    """Every stage section through its config dataclass's ``from_dict``: an unknown key, a wrong type or a value
+    outside an option's choices fails when the config is read, naming the key — not when the stage starts."""
+    from data_schemas.config import from_dict
+    from model.benchmarks import EvalConfig
+    from model.train_config import TrainConfig
+    from pipeline.grounding.base import GroundingConfig
+    from pipeline.stages import CaptionsConfig, ParseConfig
+    from pipeline.world import WorldConfig
+
+    from_dict(WorldConfig, cfg["world"], "config world")
+    data = cfg["data"]
+    placeholder = {"root": "."} if data["source"] == "coco" and data["root"] is None else {}  # the world's
+    from_dict(CaptionsConfig, {**data, **placeholder}, "config data")
+    from_dict(ParseConfig, cfg["parse"], "config parse")
+    from_dict(GroundingConfig, cfg["ground"], "config ground")
+    train = cfg["train"]
+    for where, section in [("train.common", train["common"]),
+                           *((f"train.base[{i}]", b) for i, b in enumerate(base_sections(train["base"]))),
+                           *((f"train.runs.{n}", r) for n, r in train["runs"].items())]:
+        from_dict(TrainConfig, {"arch": train["arch"], **train["common"],
+                                **{k: v for k, v in section.items() if k != "seeds"}}, f"config {where}")
+    from_dict(EvalConfig, cfg["evaluate"]["settings"], "config evaluate.settings")
+
+
+def base_sections(base: dict | list | None) -> list[dict]:
+    """``train.base``: nothing, one training section, or a list of sections run as a chain (each initialised
+    from the previous one's export; the last is the base the fine-tunes start from)."""
+    if not base:
+        return []
+    if isinstance(base, dict):
+        return [base]
+    if not all(isinstance(b, dict) for b in base):
+        raise ValueError(f"config train.base: a section or a list of sections, not {base!r}")
+    return list(base)
 
 
 def _merge(base: dict, over: dict, path: str = "") -> dict:
@@ -88,6 +116,7 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> dict:
     cfg = _merge(DEFAULTS, data)
     if overrides:
         cfg = _merge(cfg, overrides)
+    check_sections(cfg)
     return cfg
 
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from prefect import flow, get_run_logger, unmapped
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from flows.config import STAGES, key_of, load_config
+from flows.config import STAGES, base_sections, key_of, load_config
 from flows.tasks import (captions_task, evaluate_task, ground_finalize_task, ground_items, ground_shard_task,
                          masks_task, n_shards, parse_finalize_task, parse_shard_task, read_stage, report_task,
-                         stage_done, train_fields, train_task, validate_task, world_task)
+                         stage_done, train_task, validate_task, world_task)
 
 
 def _version(*modules: str) -> str:
@@ -215,15 +215,8 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     if not r.needed("train"):
         return out
     # training: an optional base run, then each fine-tune x seed from the base's export
-    tcfg = cfg["train"]
-    known = train_fields()
+    tcfg = cfg["train"]  # every section checked against TrainConfig by load_config
     bases = base_sections(tcfg["base"])
-    sections = [(tcfg["common"], known), *((b, known) for b in bases),
-                *((r_, known | {"seeds"}) for r_ in tcfg["runs"].values())]  # a run may have its own seeds
-    for section, allowed in sections:
-        bad = sorted(set(section) - allowed)
-        if bad:
-            raise ValueError(f"config train: unknown TrainConfig field(s) {bad}")
     train_tables = {k: tables[k] for k in ("captions", "token_masks", "scene_graphs", "regions")}
     model_code = _version("model.task", "model.masked", "model.predictors", "model.slots", "model.losses", "model.data",
                           "model.scene", "model.train", "model.optim", "model.runlog", "model.export")
@@ -336,18 +329,6 @@ def source_fingerprint(data: dict) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: file not found (data.path of source {data['source']!r})")
     return key_of(str(path.resolve()), file_sha256(path), listing(Path(data["image_root"] or path.parent)))
-
-
-def base_sections(base: dict | list | None) -> list[dict]:
-    """``train.base``: nothing, one training section, or a list of sections run as a chain (each initialised
-    from the previous one's export; the last is the base the fine-tunes start from)."""
-    if not base:
-        return []
-    if isinstance(base, dict):
-        return [base]
-    if not all(isinstance(b, dict) for b in base):
-        raise ValueError(f"config train.base: a section or a list of sections, not {base!r}")
-    return list(base)
 
 
 def run_flow(config: str, stages: list[str] | None = None, force: list[str] | None = None,

@@ -13,12 +13,12 @@ import shutil
 import subprocess
 import sys
 import uuid
-from dataclasses import fields
 from pathlib import Path
 
 from prefect import get_run_logger, task
 
 from data_schemas import TABLES, is_complete, read_table
+from data_schemas.config import from_dict
 
 STAGE_FILE = "stage.json"
 
@@ -76,7 +76,7 @@ def world_task(cfg: dict, out: str, key: str) -> dict:
     if stage_done(out):
         return read_stage(out)
     tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex}")
-    summary = generate_world(tmp, WorldConfig(**cfg))
+    summary = generate_world(tmp, from_dict(WorldConfig, cfg, "world"))
     tmp.mkdir(parents=True, exist_ok=True)
     write_stage(tmp, {"stage": "world", "key": key, "dir": str(out), "content_hash": _files_hash(tmp),
                       "summary": summary})
@@ -98,7 +98,7 @@ def captions_task(data: dict, out: str, key: str) -> dict:
     if stage_done(out):
         return read_stage(out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = CaptionsConfig(**data)
+    cfg = from_dict(CaptionsConfig, data, "data")
     m = captions_stage(cfg, out)
     get_run_logger().info("captions (%s): %d rows, %d errors %s", cfg.source, m["captions"]["rows"],
                           m["errors"]["rows"], m["captions"].get("summary", {}).get("error_reasons", {}))
@@ -112,7 +112,7 @@ def captions_task(data: dict, out: str, key: str) -> dict:
 def _parse_cfg(cfg: dict):
     from pipeline.stages import ParseConfig
 
-    return ParseConfig(**cfg)
+    return from_dict(ParseConfig, cfg, "parse")
 
 
 def _captions(captions: dict) -> list[dict]:
@@ -148,7 +148,7 @@ def _ground_inputs(captions: dict, parse: dict, cfg: dict):
 
     caps = _captions(captions)
     sg = read_table(TABLES["scene_graphs"], parse["tables"]["scene_graphs"]["dir"]).to_pylist()
-    gcfg = GroundingConfig(**{k: v for k, v in cfg.items() if k != "shard_size"})
+    gcfg = from_dict(GroundingConfig, cfg, "ground")
     instances = None
     if gcfg.backend == "annotations":
         if captions.get("source", "coco") != "coco":
@@ -163,7 +163,7 @@ def ground_shard_task(captions: dict, parse: dict, cfg: dict, inputs: str, out: 
     from pipeline.stages import ground_stage
 
     caps, sg, gcfg, inst = _ground_inputs(captions, parse, cfg)
-    ground_stage(gcfg, caps, sg, captions["root"], Path(out), instances=inst, shard_size=cfg["shard_size"],
+    ground_stage(gcfg, caps, sg, captions["root"], Path(out), instances=inst,
                  only=[shard], finalize=False, reuse=True, inputs=inputs)
     return shard
 
@@ -176,7 +176,7 @@ def ground_finalize_task(captions: dict, parse: dict, cfg: dict, inputs: str, ou
     if stage_done(out):
         return read_stage(out)
     caps, sg, gcfg, inst = _ground_inputs(captions, parse, cfg)
-    m = ground_stage(gcfg, caps, sg, captions["root"], out, instances=inst, shard_size=cfg["shard_size"], only=[],
+    m = ground_stage(gcfg, caps, sg, captions["root"], out, instances=inst, only=[],
                      reuse=True, inputs=inputs)
     get_run_logger().info("ground: %d regions, %d errors", m["regions"]["rows"], m["errors"]["rows"])
     return write_stage(out, {"stage": "ground", "key": key, "dir": str(out), "tables": tables_of(m, out),
@@ -238,12 +238,6 @@ def validate_task(tables: dict, params: dict, out: str, key: str) -> dict:
 
 
 # ---- train ------------------------------------------------------------------------------------------------
-def train_fields() -> set[str]:
-    from model.train import TrainConfig
-
-    return {f.name for f in fields(TrainConfig)}
-
-
 def _train_progress(name: str, logger):
     """The training's log rows as flow log lines and a Prefect progress artifact (steps done)."""
     from prefect.artifacts import create_progress_artifact, update_progress_artifact
@@ -324,7 +318,7 @@ def evaluate_task(label: str, run: dict | None, eval_cfg: dict, out: str, key: s
     if stage_done(out):
         return read_stage(out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = EvalConfig(model=run["arch"], checkpoint=run["export_pt"], **eval_cfg)
+    cfg = from_dict(EvalConfig, eval_cfg, "evaluate.settings", model=run["arch"], checkpoint=run["export_pt"])
     res = evaluate(cfg, list(cfg.roots), out / "results.json", results_table=out / "eval_results")
     res["label"] = label
     if probe_cfg is not None:

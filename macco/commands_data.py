@@ -4,17 +4,26 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from data_schemas.geometry import DEFAULT_ARCH
+
+
+# each verb's config fields that are flags (macco.flags: the defaults, types and choices are the dataclass's)
+WORLD_FLAGS = ("seed", "images", "size", "eval_fraction")
+PARSE_FLAGS = ("parser", "clip_model", "spacy_model", "n_process")
+GROUND_FLAGS = ("backend", "checkpoint", "config_file", "bert_dir", "model_dir", "box_threshold", "text_threshold",
+                "device", "batch_size", "shard_size")
+
 
 def add_parsers(sub) -> None:
+    from macco.flags import add_flags
     from pipeline.grounding.base import GroundingConfig
-    from pipeline.stages import ParseConfig
+    from pipeline.stages import CaptionsConfig, ParseConfig
+    from pipeline.world import WorldConfig
 
-    pc, gc = ParseConfig, GroundingConfig  # the flags' defaults are the stage configs' (one source)
     w = sub.add_parser("world", help="generate the synthetic compositional world (COCO 2014 layout)")
     w.add_argument("--out", type=Path, help="output directory")
-    w.add_argument("--seed", type=int, default=0)
-    w.add_argument("--images", type=int, default=300, help="train images (val/test get 20%% each)")
-    w.add_argument("--size", type=int, default=64, help="render size in pixels")
+    add_flags(w, WorldConfig, WORLD_FLAGS, help={"images": "train images", "size": "render size in pixels",
+                                                 "eval_fraction": "val and test images each, as a share of train"})
     w.add_argument("--preview", type=Path, help="write a PNG grid of samples with captions")
     w.add_argument("--root", type=Path, help="existing world to preview (without --out)")
     w.set_defaults(fn=cmd_world)
@@ -25,15 +34,9 @@ def add_parsers(sub) -> None:
                                     "from the images; webdataset images are extracted into OUT/images")
     ca.add_argument("source_path", type=Path, metavar="SOURCE", help="coco: the COCO-layout root; csv/folder: the "
                     "CSV/TSV or JSONL file; webdataset: a shard path or brace pattern (more with --shards)")
-    ca.add_argument("--source", choices=("coco", "csv", "folder", "webdataset"), default="coco")
     ca.add_argument("--shards", nargs="+", default=[], help="webdataset: several shard paths/patterns")
     ca.add_argument("--out", type=Path, required=True)
-    for name, f in _captions_options().items():  # the flags come from pipeline.stages.CaptionsConfig
-        flag = "--" + name.replace("_", "-")
-        if isinstance(f.default, tuple):
-            ca.add_argument(flag, nargs="+", default=f.default)
-        else:
-            ca.add_argument(flag, default=f.default, help="(default: %(default)r)")
+    add_flags(ca, CaptionsConfig, ("source", *_captions_options()))
     ca.set_defaults(fn=cmd_captions)
 
     pa = sub.add_parser("parse", help="scene-graph parse captions; write scene_graphs + token_masks")
@@ -47,27 +50,18 @@ def add_parsers(sub) -> None:
     pa.add_argument("--split", metavar="SPLIT",
                     help="split of the file's rows (default: from a captions_<split>2014 file name, else train; "
                          "a JSONL line's own split is kept)")
-    pa.add_argument("--parser", choices=("rules", "sng"), default=pc.parser)
-    pa.add_argument("--model", default=pc.clip_model, help="open_clip architecture whose tokenizer to align to")
-    pa.add_argument("--spacy-model", default=pc.spacy_model)
-    pa.add_argument("--n-process", type=int, default=pc.n_process)
+    add_flags(pa, ParseConfig, PARSE_FLAGS, flag={"clip_model": "--model"},
+              help={"clip_model": "open_clip architecture whose tokenizer to align to"})
     pa.set_defaults(fn=cmd_parse)
 
     g = sub.add_parser("ground", help="ground attribute/relation phrases: write regions (+ errors)")
     g.add_argument("tables", type=Path, help="directory holding the captions and scene_graphs tables")
     g.add_argument("--images", type=Path, help="image root (captions.file_name is relative to it)")
-    g.add_argument("--backend", choices=("annotations", "groundingdino", "hf"), default=gc.backend)
     g.add_argument("--instances", type=Path, help="COCO-layout root with annotations/instances_<split>2014.json")
     g.add_argument("--splits", nargs="+", default=["train", "val", "test"])
-    g.add_argument("--checkpoint", help="groundingdino: .pth")
-    g.add_argument("--config-file", help="groundingdino: model config .py")
-    g.add_argument("--bert-dir", help="groundingdino: local BERT directory")
-    g.add_argument("--model-dir", help="hf: save_pretrained directory")
-    g.add_argument("--box-threshold", type=float, default=gc.box_threshold)
-    g.add_argument("--text-threshold", type=float, default=gc.text_threshold)
-    g.add_argument("--device", default=gc.device)
-    g.add_argument("--batch-size", type=int, default=gc.batch_size)
-    g.add_argument("--shard-size", type=int, default=500)
+    add_flags(g, GroundingConfig, GROUND_FLAGS, help={
+        "checkpoint": "groundingdino: .pth", "config_file": "groundingdino: model config .py",
+        "bert_dir": "groundingdino: local BERT directory", "model_dir": "hf: save_pretrained directory"})
     g.add_argument("--out", type=Path, help="default: TABLES (writes TABLES/ground/{regions,errors})")
     g.set_defaults(fn=cmd_ground)
 
@@ -81,19 +75,20 @@ def add_parsers(sub) -> None:
     sm.add_argument("tables", type=Path)
     sm.add_argument("--images", type=Path, required=True)
     sm.add_argument("--caption-id", type=int, required=True)
-    sm.add_argument("--model", default="ViT-B-32", help="architecture whose grid and tokenizer to show")
+    sm.add_argument("--model", default=DEFAULT_ARCH, help="architecture whose grid and tokenizer to show")
     sm.add_argument("--out", type=Path, required=True)
     sm.set_defaults(fn=cmd_show_masks)
 
 
 def cmd_world(args) -> int:
+    from macco.flags import config_from_args
     from pipeline.world import WorldConfig, generate_world, preview
 
     if args.out is None and args.preview is None:
         print("macco world: give --out DIR (and/or --preview PNG with --root DIR)", file=sys.stderr)
         return 2
     if args.out is not None:
-        summary = generate_world(args.out, WorldConfig(seed=args.seed, images=args.images, size=args.size))
+        summary = generate_world(args.out, config_from_args(WorldConfig, args, WORLD_FLAGS, "macco world"))
         for split, s in summary["splits"].items():
             print(f"{split:<5} {s['images']:>6} images {s['captions']:>7} captions {s['boxes']:>6} boxes")
         for name, n in summary.get("benchmarks", {}).items():
@@ -114,13 +109,14 @@ def _print_manifests(manifests: dict[str, dict]) -> None:
 
 
 def cmd_captions(args) -> int:
+    from data_schemas.config import from_dict
     from pipeline.stages import CaptionsConfig, captions_image_root, captions_stage
 
-    opts = {f: getattr(args, f) for f in _captions_options()}
+    opts = {f: getattr(args, f) for f in ("source", *_captions_options())}
     where = {"root": str(args.source_path)} if args.source == "coco" else {"path": str(args.source_path)}
     if args.source == "webdataset":
         where = {"path": [str(p) for p in args.shards] or str(args.source_path)}
-    cfg = CaptionsConfig(source=args.source, **where, **opts)
+    cfg = from_dict(CaptionsConfig, {**opts, **where}, "macco captions")
     out = Path(args.out)
     m = captions_stage(cfg, out)
     _print_manifests(m)
@@ -130,13 +126,13 @@ def cmd_captions(args) -> int:
     return 0
 
 
-def _captions_options() -> dict:
+def _captions_options() -> tuple[str, ...]:
     """CaptionsConfig's fields other than the source and its location: the flags of ``macco captions``."""
     from dataclasses import fields
 
     from pipeline.stages import CaptionsConfig
 
-    return {f.name: f for f in fields(CaptionsConfig) if f.name not in ("source", "root", "path")}
+    return tuple(f.name for f in fields(CaptionsConfig) if f.name not in ("source", "root", "path"))
 
 
 def _read_parse_input(args):
@@ -178,14 +174,14 @@ def _add_input_errors(errors_dir: Path, rows: list[dict]) -> dict:
 
 
 def cmd_parse(args) -> int:
+    from macco.flags import config_from_args
     from pipeline.stages import ParseConfig, parse_stage
 
     read = _read_parse_input(args)
     if read is None:
         return 2
     out = Path(args.out)
-    cfg = ParseConfig(parser=args.parser, clip_model=args.model, spacy_model=args.spacy_model,
-                      n_process=args.n_process)
+    cfg = config_from_args(ParseConfig, args, PARSE_FLAGS, "macco parse")
     manifests = parse_stage(cfg, read.rows, out)
     if read.errors:
         manifests["errors"] = _add_input_errors(out / "errors", read.errors)
@@ -198,11 +194,10 @@ def cmd_parse(args) -> int:
 
 
 def _grounding_config(args):
+    from macco.flags import config_from_args
     from pipeline.grounding.base import GroundingConfig
 
-    return GroundingConfig(backend=args.backend, box_threshold=args.box_threshold, text_threshold=args.text_threshold,
-                           checkpoint=args.checkpoint, config_file=args.config_file, bert_dir=args.bert_dir,
-                           model_dir=args.model_dir, device=args.device, batch_size=args.batch_size)
+    return config_from_args(GroundingConfig, args, GROUND_FLAGS, "macco ground")
 
 
 def cmd_ground(args) -> int:
@@ -226,8 +221,7 @@ def cmd_ground(args) -> int:
             return 2
         instances = read_instances(args.instances, args.splits)
     out = Path(args.out or tables)
-    m = ground_stage(_grounding_config(args), caps, sg, args.images, out / "ground", instances=instances,
-                     shard_size=args.shard_size)
+    m = ground_stage(_grounding_config(args), caps, sg, args.images, out / "ground", instances=instances)
     _print_manifests(m)
     print(f"wrote {out / 'ground'}")
     return 0
@@ -256,7 +250,7 @@ def cmd_masks(args) -> int:
     root = Path(args.tables)
     caps = read_table(TABLES["captions"], _find(root, "captions")).to_pylist()
     regions = read_table(TABLES["regions"], _find(root, "regions")).to_pylist()
-    m = patches_stage(args.model or ["ViT-B-32"], caps, regions, Path(args.out or root / "ground"))
+    m = patches_stage(args.model or [DEFAULT_ARCH], caps, regions, Path(args.out or root / "ground"))
     _print_manifests(m)
     return 0
 

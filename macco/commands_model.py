@@ -6,6 +6,11 @@ import sys
 from pathlib import Path
 
 
+# the EvalConfig fields that are ``macco eval`` flags (defaults, types and choices: the dataclass's)
+EVAL_FLAGS = ("device", "batch_size", "autocast", "strict", "activation", "protocol", "aro_exclusion",
+              "vga_min_count", "vlc_mode", "allow_partial", "seed")
+
+
 def add_parsers(sub) -> None:
     tr = sub.add_parser("train", help="train MACCO / CLIP-FT on the tables; extra key=value override the config",
                         description="train MACCO / CLIP-FT; settings from --config plus key=value overrides "
@@ -13,7 +18,8 @@ def add_parsers(sub) -> None:
     tr.add_argument("--config", help="YAML with the train settings (model/train.py TrainConfig)")
     tr.set_defaults(fn=cmd_train, takes_extra=True)
 
-    from model.benchmarks.protocols import ACTIVATIONS, ARO_EXCLUSIONS, PROTOCOLS, VLC_MODES
+    from macco.flags import add_flags
+    from model.benchmarks import EvalConfig
     from model.benchmarks.registry import BENCHMARKS, cli_help  # no torch: the names and their roots
 
     ev = sub.add_parser("eval", help="evaluate a model on the compositionality benchmarks (original files)")
@@ -25,35 +31,27 @@ def add_parsers(sub) -> None:
     ev.add_argument("--world", type=Path, help="a synthetic world: its benchmarks/ sets")
     ev.add_argument("--out", type=Path, help="JSON results file")
     ev.add_argument("--results-table", type=Path, help="append rows to this eval_results table directory")
-    ev.add_argument("--device", default="cpu")
-    ev.add_argument("--batch-size", type=int, default=64)
-    ev.add_argument("--autocast", action="store_true", help="autocast (default fp32)")
-    ev.add_argument("--strict", action="store_true", help="missing images are fatal")
-    ev.add_argument("--activation", choices=ACTIVATIONS, default="auto",
-                    help="MLP activation of the evaluated towers: auto (default) = what resolve_arch decides, the "
-                         "training activation (QuickGELU for OpenAI ViT-B/L weights files); gelu = what every "
-                         "official MACCO evaluation script uses (reloads as ViT-B-32, nn.GELU), to match its "
-                         "published numbers; quickgelu forces QuickGELU. Recorded in results.json settings")
-    ev.add_argument("--protocol", choices=PROTOCOLS, default="authors",
-                    help="authors: each benchmark's own harness; macco: MACCO's eval scripts. Sets the defaults of "
-                         "--vlc-mode, --aro-exclusion and the Order image roots (explicit flags win)")
-    ev.add_argument("--aro-exclusion", choices=ARO_EXCLUSIONS, default=None,
-                    help="VG-Relation exclusion list (default: aro_notebook; macco under --protocol macco)")
-    ev.add_argument("--vga-min-count", type=int, default=25)
-    ev.add_argument("--vlc-mode", choices=VLC_MODES, default=None,
-                    help="VL-CheckList: authors (missing images dropped, then 1,000 records per file, POS[0] vs "
-                         "NEG[0]), all (every record and POS x NEG pair), macco (every record; each leaf the mean "
-                         "over its files). Default: the protocol's")
-    ev.add_argument("--allow-partial", action="store_true",
-                    help="report a group average over an incomplete set of its files, marked \"partial\": true "
-                         "with the missing files (default: refused; on with --world)")
+    add_flags(ev, EvalConfig, EVAL_FLAGS, help={
+        "autocast": "autocast (default fp32)", "strict": "missing images are fatal",
+        "activation": "MLP activation of the evaluated towers: auto = what resolve_arch decides, the training "
+                      "activation (QuickGELU for OpenAI ViT-B/L weights files); gelu = what every official MACCO "
+                      "evaluation script uses (reloads as ViT-B-32, nn.GELU), to match its published numbers; "
+                      "quickgelu forces QuickGELU. Recorded in results.json settings",
+        "protocol": "authors: each benchmark's own harness; macco: MACCO's eval scripts. Sets the defaults of "
+                    "--vlc-mode, --aro-exclusion and the Order image roots (explicit flags win)",
+        "aro_exclusion": "VG-Relation exclusion list (None: aro_notebook; macco under --protocol macco)",
+        "vlc_mode": "VL-CheckList: authors (missing images dropped, then 1,000 records per file, POS[0] vs "
+                    "NEG[0]), all (every record and POS x NEG pair), macco (every record; each leaf the mean "
+                    "over its files). None: the protocol's",
+        "allow_partial": "report a group average over an incomplete set of its files, marked \"partial\": true "
+                         "with the missing files (default: refused; on with --world)",
+        "seed": "Order perturbation seed (ARO authors: 1)"})
     ev.add_argument("--image-root", action="append", default=[], metavar="NAME=DIR",
                     help="image directory: NAME coco-order / flickr-order, or a VALSE dataset field value "
                          "(coco2017 = coco_2017, visual7w, swig, ...); repeatable")
     ev.add_argument("--winoground-clean-ids", type=Path, metavar="FILE",
                     help="ids of Winoground's clean subset: Diwan et al.'s new_tag_assignments.json (clean = no "
                          "tag) or a list of ids (JSON list or one per line)")
-    ev.add_argument("--seed", type=int, default=1, help="Order perturbation seed (ARO authors: 1)")
     ev.set_defaults(fn=cmd_eval)
 
     pr = sub.add_parser("probe", help="diagnostics on the synthetic world: image/text probes, reconstruction, "
@@ -121,17 +119,17 @@ def cmd_eval(args) -> int:
 
 
 def _run_eval(args, roots: dict, names: list[str], EvalConfig, evaluate) -> dict:
+    from data_schemas.config import from_dict
     from model.benchmarks.protocols import parse_image_roots
 
     order_roots, valse_roots = parse_image_roots(args.image_root)
     # the synthetic world's sets hold a few files of each benchmark by design: its group averages are partial
     allow_partial = args.allow_partial or bool(args.world)
-    cfg = EvalConfig(model=args.model, checkpoint=args.checkpoint, roots=roots, device=args.device,
-                     batch_size=args.batch_size, autocast=args.autocast, strict=args.strict,
-                     aro_exclusion=args.aro_exclusion, vga_min_count=args.vga_min_count, vlc_mode=args.vlc_mode,
-                     seed=args.seed, activation=args.activation, protocol=args.protocol, allow_partial=allow_partial,
-                     order_image_roots=order_roots, valse_image_roots=valse_roots,
-                     winoground_clean_ids=str(args.winoground_clean_ids) if args.winoground_clean_ids else None)
+    flags = {n: getattr(args, n) for n in EVAL_FLAGS}
+    cfg = from_dict(EvalConfig, {**flags, "allow_partial": allow_partial}, "macco eval", model=args.model,
+                    checkpoint=args.checkpoint, roots=roots, order_image_roots=order_roots,
+                    valse_image_roots=valse_roots,
+                    winoground_clean_ids=str(args.winoground_clean_ids) if args.winoground_clean_ids else None)
     return evaluate(cfg, names, args.out, args.results_table)
 
 

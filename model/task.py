@@ -8,11 +8,13 @@ image predictor's own masked-image query is detached but its text condition is n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Literal, Sequence, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from data_schemas.config import check_choices
 
 from .losses import (LossWeights, contrast_loss, image_reconstruction_loss, intra_modal_contrast_loss, intra_modal_loss,
                      text_reconstruction_loss, total_loss)
@@ -20,12 +22,13 @@ from .masked import (encode_image_pair, encode_image_tokens, encode_text_pair, e
                      supports_trimmed_text)
 from .predictors import ImagePredictor, TextPredictor
 
-MODES = ("macco", "clip-ft", "text-only", "image-only")
+Mode = Literal["macco", "clip-ft", "text-only", "image-only"]
+MODES = get_args(Mode)
 
 
 @dataclass
 class MaccoConfig:
-    mode: str = "macco"  # macco | clip-ft | text-only | image-only
+    mode: Mode = "macco"
     hardneg: bool = False  # NegCLIP-style hard-negative captions as extra image->text columns
     text_cross_layers: int | None = None  # None: 2 for ViT-B/32 and tiny models, 4 for B/16 and L/14
     image_cross_layers: int | None = None  # None: 3 for ViT-B/32 and tiny models, 6 for B/16 and L/14
@@ -37,8 +40,7 @@ class MaccoConfig:
     mir: bool = True  # the intra-modal masked-vs-full contrast (off: no MIR term)
 
     def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"mode {self.mode!r} not in {MODES}")
+        check_choices(self, "macco config")
         if isinstance(self.weights, dict):
             self.weights = LossWeights(**self.weights)
 

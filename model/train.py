@@ -17,7 +17,7 @@ import logging
 import math
 import os
 import random
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -25,134 +25,10 @@ import torch
 
 from .losses import LossWeights
 from .runlog import RunLog, SkipCount, TooManySkipped, format_log_row, progress_printer  # noqa: F401 (API)
-from .task import MODES, MaccoConfig, MaccoTask
+from .task import MaccoConfig, MaccoTask
+from .train_config import TrainConfig, load_config  # noqa: F401 (API)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainConfig:
-    arch: str = "macco-tiny"
-    pretrained: str | None = None  # open_clip tag or weights file (e.g. a base model's export .pt)
-    tables: dict = field(default_factory=dict)  # captions, token_masks, scene_graphs, regions -> table dirs
-    image_root: str = ""
-    split: str = "train"
-    # all: every caption of every image each epoch; 1: one caption per image, drawn afresh each epoch (seeded) —
-    # the paper's ~110k COCO pairs per epoch (Karpathy train + restval: 113k images, 567k captions)
-    captions_per_image: str = "all"
-    out_dir: str = "artifacts/runs/default"
-    mode: str = "macco"  # macco | clip-ft | text-only | image-only | scene (image tower on scene truth)
-    hardneg: bool = False
-    mca: bool = True  # masked samples as extra contrastive negatives (the ablation "macco without MCA": false)
-    mir: bool = True  # the intra-modal masked-vs-full term (the ablation "macco without MIR": false)
-    lock_image: bool = False  # freeze the image tower (LiT: the text tower learns against a locked image tower)
-    scenes: str | None = None  # mode scene: the world's scenes_<split>.json (default: image_root/scenes_<split>.json)
-    loss_weights: dict = field(default_factory=lambda: asdict(LossWeights()))
-    text_cross_layers: int | None = None
-    image_cross_layers: int | None = None
-    predictor_heads: int | None = None  # None: 8 (the reference) for the paper backbones, width // 32 if narrower
-    epochs: int = 5
-    max_steps: int | None = None  # overrides epochs when set
-    batch_size: int = 256
-    accum_steps: int = 1
-    lr_clip: float = 5e-7
-    lr_predictor: float = 1e-3
-    wd: float = 0.2
-    predictor_wd: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    warmup: int = 50
-    logit_scale_group: str = "predictor"  # predictor (reference) | clip
-    # auto: on CUDA fp16 autocast + GradScaler, the reference's (the masked negatives differ from the full
-    # ones by small logit gaps: bf16's MCA+MIR gradient error was 8x fp16's), fp32 on CPU | fp32 | bf16 | fp16
-    precision: str = "auto"
-    fused_adamw: str = "auto"  # auto (on CUDA and CPU, where torch has the fused kernel) | on | off
-    compile: bool = False
-    workers: int = 2
-    seed: int = 0
-    rect_prob: float = 0.1
-    rect_ratio: float = 0.75
-    crop_scale: tuple[float, float] = (0.9, 1.0)
-    save_every: int = 0  # steps between resumable checkpoints (0: only at the end)
-    max_skipped_fraction: float = 0.01  # unreadable images allowed (share of samples drawn); past it: fail
-    log_every: int = 10
-    resume: str | None = None  # checkpoint path, or "auto" (latest in out_dir/checkpoints)
-    device: str = "auto"
-    progress: bool = True
-    cpu_keep_freed_memory: bool = True  # CPU: glibc keeps freed memory for reuse (see keep_freed_cpu_memory)
-
-    def __post_init__(self):
-        for key, allowed in CHOICES.items():
-            value = getattr(self, key)
-            if value not in allowed:
-                raise ValueError(f"train config {key}: {value!r} is not one of {list(allowed)}")
-
-
-# the enum-like fields: a typo (precision: bf-16) is an error, never a silent fallback
-CHOICES = {"mode": (*MODES, "scene"), "logit_scale_group": ("predictor", "clip"),
-           "precision": ("auto", "fp32", "bf16", "fp16"), "fused_adamw": ("auto", "on", "off"),
-           "captions_per_image": ("all", "1")}
-
-
-# ---- config -----------------------------------------------------------------------------------------------
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **kw) -> TrainConfig:
-    """YAML/JSON file, then ``key=value`` overrides (values parsed as YAML). Unknown keys are errors."""
-    import yaml
-
-    data: dict = {}
-    if path:
-        text = Path(path).read_text()
-        data = yaml.safe_load(text) or {}
-        data = data.get("train", data)
-    data.update(kw)
-    for ov in overrides or []:
-        if "=" not in ov:
-            raise ValueError(f"override {ov!r} is not key=value")
-        k, v = ov.split("=", 1)
-        data[k.lstrip("-").replace("-", "_")] = yaml.safe_load(v)
-    known = {f.name for f in fields(TrainConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"unknown train config key(s) {unknown}; known: {sorted(known)}")
-    types = {f.name: str(f.type) for f in fields(TrainConfig)}
-    for k, v in data.items():
-        data[k] = _coerce(k, v, types[k])
-    return TrainConfig(**data)
-
-
-def _coerce(key: str, value, type_name: str):
-    """Values from YAML to the field's type (YAML reads ``1e-4`` as a string); a wrong type is an error."""
-    if value is None:
-        if "None" not in type_name:
-            raise ValueError(f"train config {key}: None is not allowed ({type_name})")
-        return None
-    base = type_name.split(" | ")[0]
-    if base == "str" and isinstance(value, bool):  # YAML 1.1 reads on/off/yes/no as booleans
-        if "on" in CHOICES.get(key, ()):
-            return "on" if value else "off"
-        raise ValueError(f"train config {key}: YAML read {value!r} as a boolean; quote the value")
-    try:
-        if base == "float":
-            return float(value)
-        if base == "int":
-            if isinstance(value, bool) or float(value) != int(float(value)):
-                raise ValueError
-            return int(float(value))
-        if base == "bool":
-            if isinstance(value, str) and value.lower() in ("true", "false"):
-                return value.lower() == "true"
-            if not isinstance(value, bool):
-                raise ValueError
-            return value
-        if base.startswith("tuple"):
-            return tuple(float(x) for x in value)
-        if base == "str":
-            return str(value)
-        if base == "dict" and not isinstance(value, dict):
-            raise ValueError
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"train config {key}: {value!r} is not a valid {type_name}") from exc
-    return value
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from data_schemas.geometry import DEFAULT_ARCH
+
 from pipeline.patches import Geometry, box_in_crop, eval_crop, eval_patches
 
 KIND_COLOURS = {"relation": (220, 40, 40), "attribute": (30, 90, 230), "object": (60, 160, 60)}
@@ -68,7 +70,7 @@ def render_masks(image: Image.Image, caption: str, concepts: list[dict], regions
 
 
 def show_masks(tables: dict, image_root: str | Path, caption_id: int, geo: Geometry, out: str | Path,
-               model: str = "ViT-B-32") -> Path:
+               model: str = DEFAULT_ARCH) -> Path:
     import duckdb
 
     from data_schemas.checks import create_views

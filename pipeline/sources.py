@@ -20,12 +20,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Literal, get_args
 
 from data_schemas.errors import error_row
 from data_schemas.geometry import displayed_size
 from pipeline.captions import STAGE, CaptionRead, InputFileError, jsonl_records
 
-SOURCES = ("coco", "csv", "folder", "webdataset")
+Source = Literal["coco", "csv", "folder", "webdataset"]
+SOURCES = get_args(Source)
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 
 

@@ -9,12 +9,15 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Literal
 
 from data_schemas import TABLES, ShardedTableWriter, is_complete, read_manifest, read_table, write_table
+from data_schemas.config import check_choices
 from data_schemas.errors import error_row
+from data_schemas.geometry import DEFAULT_ARCH
 from data_schemas.scene_graphs import SPACY_MODEL
 from pipeline.grounding.plan import plan_queries, regions_from_boxes
+from pipeline.sources import Source
 
 
 # the modules whose code each stage's output depends on: its manifest's code version and the flow's key
@@ -90,7 +93,7 @@ def _load_rows(path: Path, table: str, columns: list[str] | None = None) -> list
 # ---- captions --------------------------------------------------------------------------------------------
 @dataclass
 class CaptionsConfig:
-    source: str = "coco"  # coco | csv | folder | webdataset (pipeline.sources)
+    source: Source = "coco"  # pipeline.sources
     root: str | None = None  # coco: COCO-layout root (annotations/captions_<split>2014.json + <split>2014/)
     splits: tuple[str, ...] = ("train", "val", "test")  # coco: which captions files
     karpathy: str | None = None  # coco: optional dataset_coco.json; then caption ids/splits come from it
@@ -104,10 +107,7 @@ class CaptionsConfig:
     csv_split_key: str | None = None  # a column holding each row's split
 
     def __post_init__(self):
-        from pipeline.sources import SOURCES
-
-        if self.source not in SOURCES:
-            raise ValueError(f"data.source: {self.source!r} is not one of {list(SOURCES)}")
+        check_choices(self, "data")
         needs = "root" if self.source == "coco" else "path"
         if getattr(self, needs) is None:
             raise ValueError(f"data.source {self.source!r} needs data.{needs}")
@@ -161,13 +161,16 @@ def captions_stage(cfg: CaptionsConfig, out: Path) -> dict[str, dict]:
 # ---- parse -----------------------------------------------------------------------------------------------
 @dataclass
 class ParseConfig:
-    parser: str = "rules"  # rules | sng
+    parser: Literal["rules", "sng"] = "rules"  # sng: SceneGraphParser (the sng extra)
     spacy_model: str = SPACY_MODEL
-    clip_model: str = "ViT-B-32"  # whose tokenizer the token masks use
+    clip_model: str = DEFAULT_ARCH  # whose tokenizer the token masks use
     context_length: int = 77
     batch_size: int = 256
     n_process: int = 1
     shard_size: int = 2000
+
+    def __post_init__(self):
+        check_choices(self, "parse")
 
 
 def read_caption_input(path: str | Path, *, split: str | None = None,
@@ -258,7 +261,7 @@ def ground_code_modules(backend: str) -> tuple[str, ...]:
 
 
 def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root: str | Path | None,
-                 out: Path, *, grounder=None, instances: dict | None = None, shard_size: int = 500,
+                 out: Path, *, grounder=None, instances: dict | None = None,
                  progress=None, only=None, finalize: bool = True, reuse: bool = False,
                  inputs: str | None = None) -> dict[str, dict]:
     """Ground every attribute/relation phrase: ``out/regions`` + ``out/errors`` (sharded by image).
@@ -306,12 +309,12 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
                 errors += e
         return {"regions": regions, "errors": errors}
 
-    conf = {k: v for k, v in asdict(cfg).items() if k not in ("device", "batch_size")}
+    conf = {k: v for k, v in asdict(cfg).items() if k not in ("device", "batch_size", "shard_size")}
     ver = code_version(*ground_code_modules(cfg.backend))
     if inputs is None:
         inputs = content_hash([[images[i]["captions"] for i in image_ids], scene_graphs,
                                sorted((instances or {}).items())])
-    return run_sharded(image_ids, shard_size, {"regions": out / "regions", "errors": out / "errors"}, shard,
+    return run_sharded(image_ids, cfg.shard_size, {"regions": out / "regions", "errors": out / "errors"}, shard,
                        config=conf, version=ver, progress=progress, only=only, finalize=finalize, reuse=reuse,
                        inputs=inputs)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from data_schemas.errors import error_row
+from data_schemas.geometry import DEFAULT_ARCH
 
 STAGE = "parse"
 
@@ -66,7 +67,7 @@ def _builtin_text_cfg(model: str) -> dict | None:
 
 
 @lru_cache(maxsize=4)
-def get_tokenizer(model: str = "ViT-B-32"):
+def get_tokenizer(model: str = DEFAULT_ARCH):
     """The CLIP BPE tokenizer ``open_clip.get_tokenizer(model)`` returns, built the way it builds it.
 
     Built-in architectures whose text config names no Hugging Face tokenizer (every OpenAI CLIP, the repo's
@@ -141,7 +142,7 @@ def positions_for_span(al: Alignment, start: int, end: int) -> list[int]:
     return [p for p, s, e in al.pieces if s < end and e > start]
 
 
-def token_mask_rows(captions: list[dict], graphs: dict[int, list], model: str = "ViT-B-32",
+def token_mask_rows(captions: list[dict], graphs: dict[int, list], model: str = DEFAULT_ARCH,
                     context_length: int = 77) -> tuple[list[dict], list[dict]]:
     """``token_masks`` rows (one per caption) and ``errors`` rows (captions the tokenizer cannot align)."""
     tok = get_tokenizer(model)

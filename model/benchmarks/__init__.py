@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from data_schemas import InputFileError
+from data_schemas.geometry import DEFAULT_ARCH
 from data_schemas.scene_graphs import SPACY_MODEL
 
-from .protocols import (ACTIVATIONS, ARO_EXCLUSIONS, ORDER_BENCHMARKS, PROTOCOLS, VLC_MODES, IncompleteGroup,
-                        check_choice, check_complete, protocol_default)
+from .protocols import (ACTIVATIONS, ARO_EXCLUSIONS, ORDER_BENCHMARKS, PROTOCOLS, VLC_MODES, Activation,
+                        AroExclusion, IncompleteGroup, Protocol, VlcMode, check_choice, check_complete,
+                        protocol_default)
 from .registry import BENCHMARKS, REGISTRY, Benchmark
 from .registry import get as get_benchmark
 
@@ -47,7 +49,7 @@ class EvalConfig:
     ``protocol``: ``authors`` (each benchmark's own harness) or ``macco`` (MACCO's scripts); it sets the defaults
     of ``aro_exclusion``, ``vlc_mode`` and the Order image roots (``protocols.DEFAULTS``); explicit values win.
     """
-    model: str = "ViT-B-32"  # open_clip architecture or local-dir:PATH
+    model: str = DEFAULT_ARCH  # open_clip architecture or local-dir:PATH
     checkpoint: str | None = None  # weights file (or an open_clip pretrained tag)
     roots: dict = field(default_factory=dict)  # benchmark -> root directory
     device: str = "cpu"
@@ -56,14 +58,14 @@ class EvalConfig:
     strict: bool = False  # missing images are fatal
     seed: int = 1  # Order perturbations (the ARO authors' seed; MACCO's script is unseeded)
     spacy_model: str = SPACY_MODEL
-    activation: str = "auto"  # auto | quickgelu | gelu (MACCO's evaluation: gelu)
-    protocol: str = "authors"  # authors | macco
-    aro_exclusion: str | None = None  # aro_notebook | macco (3 more relations); None: the protocol's
+    activation: Activation = "auto"  # MACCO's evaluation: gelu
+    protocol: Protocol = "authors"
+    aro_exclusion: AroExclusion | None = None  # macco: 3 more relations; None: the protocol's
     vga_min_count: int = 25
     order_files: dict = field(default_factory=lambda: {"coco-order": "coco_karpathy_test.json",
                                                        "flickr-order": "flickr30k_test.json"})
     order_image_roots: dict = field(default_factory=dict)  # default: the protocol's join (protocols.order_image_root)
-    vlc_mode: str | None = None  # authors | all | macco; None: the protocol's
+    vlc_mode: VlcMode | None = None  # None: the protocol's
     vlc_max_num: int = 2000
     valse_valid_only: bool = True
     valse_image_roots: dict = field(default_factory=dict)  # dataset field (normalised) -> image directory

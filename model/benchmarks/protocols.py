@@ -11,13 +11,15 @@ its files is refused with :class:`IncompleteGroup`, unless ``allow_partial`` (th
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal, get_args
 
 from data_schemas import InputFileError
 
-PROTOCOLS = ("authors", "macco")
-ACTIVATIONS = ("auto", "quickgelu", "gelu")
-VLC_MODES = ("authors", "all", "macco")
-ARO_EXCLUSIONS = ("aro_notebook", "macco")
+Protocol = Literal["authors", "macco"]
+Activation = Literal["auto", "quickgelu", "gelu"]
+VlcMode = Literal["authors", "all", "macco"]
+AroExclusion = Literal["aro_notebook", "macco"]
+PROTOCOLS, ACTIVATIONS, VLC_MODES, ARO_EXCLUSIONS = (get_args(t) for t in (Protocol, Activation, VlcMode, AroExclusion))
 ORDER_BENCHMARKS = ("coco-order", "flickr-order")
 
 # what each protocol sets when the user leaves the setting unset (None)

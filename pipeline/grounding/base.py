@@ -8,9 +8,11 @@ hand-made logits with known answers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Literal, Protocol, Sequence
 
 import numpy as np
+
+from data_schemas.config import check_choices
 
 
 @dataclass
@@ -29,9 +31,12 @@ class Box:
     label: str
 
 
+Backend = Literal["annotations", "groundingdino", "hf"]
+
+
 @dataclass
 class GroundingConfig:
-    backend: str = "annotations"  # annotations | groundingdino | hf
+    backend: Backend = "annotations"  # pipeline.grounding.BACKENDS: each one's module and class
     box_threshold: float = 0.35  # GroundingDINO demo defaults
     text_threshold: float = 0.25
     checkpoint: str | None = None  # groundingdino: .pth
@@ -42,7 +47,11 @@ class GroundingConfig:
     half: bool = True  # fp16 autocast on CUDA
     batch_size: int = 8
     max_boxes_per_phrase: int = 5
+    shard_size: int = 500  # images per shard (one Parquet part each; the flow maps shards over workers)
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        check_choices(self, "ground")
 
 
 class Grounder(Protocol):

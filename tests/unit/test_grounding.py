@@ -156,8 +156,8 @@ def test_ground_and_patch_stages_on_world(world, tmp_path):
     parse_stage(ParseConfig(), caps, tmp_path)
     sg = read_table(TABLES["scene_graphs"], tmp_path / "scene_graphs").to_pylist()
     # corrupt one image: its phrases still go through the annotations backend (no pixels needed) ...
-    m = ground_stage(GroundingConfig(), caps, sg, world, tmp_path / "g", instances=read_instances(world, ["val"]),
-                     shard_size=3)
+    m = ground_stage(GroundingConfig(shard_size=3), caps, sg, world, tmp_path / "g",
+                     instances=read_instances(world, ["val"]))
     regions = read_table(TABLES["regions"], tmp_path / "g" / "regions").to_pylist()
     phrases = {(r["caption_id"], r["concept_id"]) for r in sg if r["kind"] in ("attribute", "relation")}
     grounded = {(r["caption_id"], r["concept_id"]) for r in regions}

@@ -23,7 +23,7 @@ def cfg_for(world, tables, out, **kw):
 def test_config_overrides_and_errors():
     cfg = load_config(None, ["lr_clip=1e-4", "mode=clip-ft", "betas=[0.9, 0.98]", "max_steps=3"])
     assert cfg.lr_clip == 1e-4 and cfg.mode == "clip-ft" and cfg.betas == (0.9, 0.98) and cfg.max_steps == 3
-    with pytest.raises(ValueError, match="unknown train config key"):
+    with pytest.raises(ValueError, match=r"train config: unknown key\(s\) \[.lr.\]"):
         load_config(None, ["lr=1"])
     with pytest.raises(ValueError, match="max_steps"):
         load_config(None, ["max_steps=abc"])

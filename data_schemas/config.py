@@ -1,0 +1,156 @@
+"""Typed stage configs: one ``from_dict`` for every stage's dataclass (the config file's sections, ``key=value``
+overrides and the CLI's flags all pass through it).
+
+A field's annotation is its schema: ``str``, ``int``, ``float``, ``bool``, ``dict``, ``tuple[...]``/``list[...]``,
+``X | None`` and ``Literal[...]`` for the enum-like options. Unknown keys, wrong types and values outside a
+``Literal`` are errors naming the section, the key and what is allowed — never a silent fallback. YAML 1.1 reads
+``on``/``off``/``yes``/``no`` as booleans: a ``Literal`` with ``"on"``/``"off"`` takes them back, any other string
+field refuses them (quote the value).
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from functools import lru_cache
+from typing import Any, Literal, Mapping, TypeVar
+
+T = TypeVar("T")
+
+
+@lru_cache(maxsize=None)
+def field_types(cls) -> dict[str, Any]:
+    """{field name: resolved annotation} of a config dataclass."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _members(t) -> tuple:
+    """The alternatives of a union annotation (``X | None``), or ``(t,)``."""
+    if typing.get_origin(t) in (typing.Union, types.UnionType):
+        return typing.get_args(t)
+    return (t,)
+
+
+def choices(cls, name: str) -> tuple | None:
+    """The allowed values of an enum-like (``Literal``) field, None for other fields."""
+    for m in _members(field_types(cls)[name]):
+        if typing.get_origin(m) is Literal:
+            return typing.get_args(m)
+    return None
+
+
+def value_type(cls, name: str):
+    """The field's annotation without ``None``: a type, ``Literal[...]``, or a generic alias."""
+    ms = [m for m in _members(field_types(cls)[name]) if m is not type(None)]
+    return ms[0] if len(ms) == 1 else typing.Union[tuple(ms)]
+
+
+def check_choices(obj, section: str) -> None:
+    """Every ``Literal`` field of the dataclass instance ``obj`` holds an allowed value (``__post_init__``)."""
+    for f in dataclasses.fields(obj):
+        allowed = choices(type(obj), f.name)
+        value = getattr(obj, f.name)
+        if allowed is not None and value not in allowed and not (value is None and _optional(type(obj), f.name)):
+            raise ValueError(f"{section} {f.name}: {value!r} is not one of {list(allowed)}")
+
+
+def _optional(cls, name: str) -> bool:
+    return type(None) in _members(field_types(cls)[name])
+
+
+def coerce(cls, name: str, value, section: str):
+    """``value`` (from YAML, JSON or a command line) as field ``name``'s type; an error names section and key."""
+    if value is None:
+        if not _optional(cls, name):
+            raise ValueError(f"{section} {name}: None is not allowed ({_describe(field_types(cls)[name])})")
+        return None
+    want = value_type(cls, name)
+    allowed = choices(cls, name)
+    if allowed is not None:
+        if isinstance(value, bool):  # YAML 1.1 read on/off as a boolean
+            if "on" in allowed:
+                return "on" if value else "off"
+            raise ValueError(f"{section} {name}: YAML read {value!r} as a boolean; quote the value")
+        if isinstance(value, (int, float)) and all(isinstance(a, str) for a in allowed):
+            value = str(value)  # e.g. captions_per_image: 1
+        if value not in allowed:
+            raise ValueError(f"{section} {name}: {value!r} is not one of {list(allowed)}")
+        return value
+    try:
+        return _as(want, value, name, section)
+    except (TypeError, ValueError) as exc:
+        if str(exc).startswith(f"{section} {name}:"):
+            raise
+        raise ValueError(f"{section} {name}: {value!r} is not a valid {_describe(field_types(cls)[name])}") \
+            from exc
+
+
+def _as(want, value, name: str, section: str):
+    origin = typing.get_origin(want)
+    if origin in (typing.Union, types.UnionType):  # e.g. str | list[str]: the first alternative that takes it
+        for m in typing.get_args(want):
+            try:
+                return _as(m, value, name, section)
+            except (TypeError, ValueError):
+                continue
+        raise ValueError(value)
+    if want is str:
+        if isinstance(value, bool):
+            raise ValueError(f"{section} {name}: YAML read {value!r} as a boolean; quote the value")
+        if not isinstance(value, (str, int, float)):
+            raise TypeError(value)
+        return str(value)
+    if want is bool:
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        if not isinstance(value, bool):
+            raise TypeError(value)
+        return value
+    if want is int:
+        if isinstance(value, bool) or float(value) != int(float(value)):
+            raise ValueError(value)
+        return int(float(value))
+    if want is float:
+        if isinstance(value, bool):
+            raise TypeError(value)
+        return float(value)  # YAML 1.1 reads 1e-4 (no dot) as a string
+    if want is dict or origin is dict:
+        if not isinstance(value, Mapping):
+            raise TypeError(value)
+        return dict(value)
+    if origin in (tuple, list):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise TypeError(value)
+        args = [a for a in typing.get_args(want) if a is not Ellipsis]
+        items = [_as(args[min(i, len(args) - 1)], v, name, section) if args else v for i, v in enumerate(value)]
+        if origin is tuple and args and Ellipsis not in typing.get_args(want) and len(items) != len(args):
+            raise ValueError(value)
+        return tuple(items) if origin is tuple else items
+    return value
+
+
+def _describe(t) -> str:
+    return getattr(t, "__name__", None) if isinstance(t, type) else str(t).replace("typing.", "")
+
+
+def from_dict(cls: type[T], data: Mapping | None, section: str, **fixed) -> T:
+    """The dataclass ``cls`` from a mapping: unknown keys rejected (the known ones listed), each value coerced to
+    its field's type, ``Literal`` values checked; ``fixed`` values are set as given (paths the caller decides)."""
+    data = dict(data or {})
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValueError(f"{section}: unknown key(s) {unknown}; known: {sorted(known)}")
+    return cls(**{k: coerce(cls, k, v, section) for k, v in data.items()}, **fixed)
+
+
+def defaults(cls) -> dict:
+    """{field: default} of a config dataclass (factories called; fields without a default left out)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out

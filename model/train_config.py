@@ -1,0 +1,89 @@
+"""The training config: ``TrainConfig`` (every training default, typed; the enum-like options are ``Literal``
+and checked) and ``load_config`` (a YAML file's ``train`` section, then ``key=value`` overrides)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from data_schemas.config import check_choices, from_dict
+from data_schemas.geometry import DEFAULT_ARCH
+
+from .losses import LossWeights
+from .task import Mode
+
+TrainMode = Literal[Mode, "scene"]
+SECTION = "train config"
+
+
+@dataclass
+class TrainConfig:
+    arch: str = DEFAULT_ARCH  # the demo configs: macco-tiny
+    pretrained: str | None = None  # open_clip tag or weights file (e.g. a base model's export .pt)
+    tables: dict = field(default_factory=dict)  # captions, token_masks, scene_graphs, regions -> table dirs
+    image_root: str = ""
+    split: str = "train"
+    # all: every caption of every image each epoch; 1: one caption per image, drawn afresh each epoch (seeded) —
+    # the paper's ~110k COCO pairs per epoch (Karpathy train + restval: 113k images, 567k captions)
+    captions_per_image: Literal["all", "1"] = "all"
+    out_dir: str = "artifacts/runs/default"
+    mode: TrainMode = "macco"  # scene: the image tower on the world's scene truth (model.scene)
+    hardneg: bool = False
+    mca: bool = True  # masked samples as extra contrastive negatives (the ablation "macco without MCA": false)
+    mir: bool = True  # the intra-modal masked-vs-full term (the ablation "macco without MIR": false)
+    lock_image: bool = False  # freeze the image tower (LiT: the text tower learns against a locked image tower)
+    scenes: str | None = None  # mode scene: the world's scenes_<split>.json (default: image_root/scenes_<split>.json)
+    loss_weights: dict = field(default_factory=lambda: asdict(LossWeights()))
+    text_cross_layers: int | None = None
+    image_cross_layers: int | None = None
+    predictor_heads: int | None = None  # None: 8 (the reference) for the paper backbones, width // 32 if narrower
+    epochs: int = 5
+    max_steps: int | None = None  # overrides epochs when set
+    batch_size: int = 256
+    accum_steps: int = 1
+    lr_clip: float = 5e-7
+    lr_predictor: float = 1e-3
+    wd: float = 0.2
+    predictor_wd: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    warmup: int = 50
+    logit_scale_group: Literal["predictor", "clip"] = "predictor"  # predictor: the reference's
+    # auto: on CUDA fp16 autocast + GradScaler, the reference's (the masked negatives differ from the full
+    # ones by small logit gaps: bf16's MCA+MIR gradient error was 8x fp16's), fp32 on CPU | fp32 | bf16 | fp16
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    fused_adamw: Literal["auto", "on", "off"] = "auto"  # auto: on CUDA and CPU, where torch has the fused kernel
+    compile: bool = False
+    workers: int = 2
+    seed: int = 0
+    rect_prob: float = 0.1
+    rect_ratio: float = 0.75
+    crop_scale: tuple[float, float] = (0.9, 1.0)
+    save_every: int = 0  # steps between resumable checkpoints (0: only at the end)
+    max_skipped_fraction: float = 0.01  # unreadable images allowed (share of samples drawn); past it: fail
+    log_every: int = 10
+    resume: str | None = None  # checkpoint path, or "auto" (latest in out_dir/checkpoints)
+    device: str = "auto"
+    progress: bool = True
+    cpu_keep_freed_memory: bool = True  # CPU: glibc keeps freed memory for reuse (see keep_freed_cpu_memory)
+
+    def __post_init__(self):
+        check_choices(self, SECTION)  # a typo (precision: bf-16) is an error, never a silent fallback
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **kw) -> TrainConfig:
+    """YAML/JSON file (its ``train`` section, or the whole file), then ``kw``, then ``key=value`` overrides
+    (values parsed as YAML). Unknown keys, wrong types and values outside a ``Literal`` are errors."""
+    import yaml
+
+    data: dict = {}
+    if path:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = data.get("train", data)
+    data.update(kw)
+    for ov in overrides or []:
+        if "=" not in ov:
+            raise ValueError(f"override {ov!r} is not key=value")
+        k, v = ov.split("=", 1)
+        data[k.lstrip("-").replace("-", "_")] = yaml.safe_load(v)
+    return from_dict(TrainConfig, data, SECTION)

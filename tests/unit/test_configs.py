@@ -1,0 +1,137 @@
+"""Typed stage configs (``data_schemas.config``): one ``from_dict`` for YAML sections, overrides and CLI flags;
+every default in one dataclass; the flow config and the CLI read them from there."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+
+from data_schemas.config import choices, defaults, from_dict
+from data_schemas.geometry import DEFAULT_ARCH
+
+
+@dataclass
+class Example:
+    name: str = "a"
+    mode: Literal["fast", "slow"] = "fast"
+    switch: Literal["auto", "on", "off"] = "auto"
+    count: Literal["all", "1"] = "all"
+    n: int = 1
+    rate: float = 0.5
+    flag: bool = False
+    pair: tuple[float, float] = (0.1, 0.2)
+    names: tuple[str, ...] = ("x",)
+    where: str | list[str] | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def test_from_dict_coerces_each_field_to_its_annotation():
+    e = from_dict(Example, {"n": "3", "rate": "1e-4", "flag": "true", "pair": [1, 2], "names": ["p", "q"],
+                            "where": ["s1", "s2"], "count": 1, "switch": True}, "example")
+    assert (e.n, e.rate, e.flag, e.pair, e.names, e.where) == (3, 1e-4, True, (1.0, 2.0), ("p", "q"), ["s1", "s2"])
+    assert e.count == "1" and e.switch == "on"  # YAML's 1 and its boolean reading of `on`
+    assert from_dict(Example, {"switch": False, "where": "one"}, "example").switch == "off"
+    assert from_dict(Example, {}, "example") == Example()
+
+
+@pytest.mark.parametrize("data,message", [
+    ({"nme": "b"}, r"example: unknown key\(s\) \['nme'\]; known: \['count', 'extra', "),
+    ({"mode": "fastest"}, r"example mode: 'fastest' is not one of \['fast', 'slow'\]"),
+    ({"count": 2}, r"example count: '2' is not one of \['all', '1'\]"),
+    ({"name": True}, "example name: YAML read True as a boolean; quote the value"),
+    ({"mode": False}, "example mode: YAML read False as a boolean; quote the value"),
+    ({"n": 1.5}, r"example n: 1.5 is not a valid int"),
+    ({"n": True}, r"example n: True is not a valid int"),
+    ({"rate": "fast"}, r"example rate: 'fast' is not a valid float"),
+    ({"flag": "yes please"}, r"example flag: 'yes please' is not a valid bool"),
+    ({"pair": [1]}, r"example pair: \[1\] is not a valid tuple\[float, float\]"),
+    ({"names": "p"}, r"example names: 'p' is not a valid tuple\[str, \.\.\.\]"),
+    ({"extra": [1]}, r"example extra: \[1\] is not a valid dict"),
+    ({"n": None}, r"example n: None is not allowed \(int\)"),
+])
+def test_from_dict_names_the_key_and_what_is_allowed(data, message):
+    with pytest.raises(ValueError, match=message):
+        from_dict(Example, data, "example")
+
+
+def test_literal_options_match_what_the_stages_accept():
+    """Each enum-like option's Literal is the list the code dispatches on (one list, not two)."""
+    from model.benchmarks import EvalConfig
+    from model.benchmarks.protocols import DEFAULTS as PROTOCOL_DEFAULTS
+    from model.task import MODES, MaccoConfig
+    from model.train_config import TrainConfig
+    from pipeline.grounding import BACKENDS
+    from pipeline.grounding.base import GroundingConfig
+    from pipeline.sources import SOURCES
+    from pipeline.stages import CaptionsConfig, ParseConfig
+
+    assert choices(CaptionsConfig, "source") == SOURCES
+    assert choices(GroundingConfig, "backend") == tuple(BACKENDS)
+    assert choices(MaccoConfig, "mode") == MODES and choices(TrainConfig, "mode") == (*MODES, "scene")
+    assert choices(EvalConfig, "protocol") == tuple(PROTOCOL_DEFAULTS)
+    assert choices(ParseConfig, "parser") == ("rules", "sng") and choices(ParseConfig, "spacy_model") is None
+    for cls, key, bad in [(CaptionsConfig, "source", "tsv"), (GroundingConfig, "backend", "gdino"),
+                          (ParseConfig, "parser", "spacy"), (TrainConfig, "precision", "bf-16")]:
+        kw = {"root": "."} if cls is CaptionsConfig else {}
+        with pytest.raises(ValueError, match=f"{key}: '{bad}' is not one of"):
+            cls(**{key: bad}, **kw)  # built directly (not through from_dict): __post_init__ checks the same
+
+
+def test_flow_defaults_are_the_stage_configs_defaults():
+    from flows.config import DEFAULTS
+    from model.train_config import TrainConfig
+    from pipeline.grounding.base import GroundingConfig
+    from pipeline.stages import ParseConfig
+    from pipeline.world import WorldConfig
+
+    for section, cls in [("world", WorldConfig), ("parse", ParseConfig), ("ground", GroundingConfig)]:
+        d = defaults(cls)
+        assert DEFAULTS[section] == {k: list(d[k]) if isinstance(d[k], tuple) else d[k] for k in DEFAULTS[section]}
+    assert DEFAULTS["train"]["arch"] == TrainConfig().arch == ParseConfig().clip_model == DEFAULT_ARCH
+    assert DEFAULTS["masks"]["models"] == [DEFAULT_ARCH]
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"train": {"runs": {"x": {"precision": "bf-16"}}}}, r"config train.runs.x precision: 'bf-16' is not one of"),
+    ({"train": {"common": {"lr": 1}}}, r"config train.common: unknown key\(s\) \['lr'\]"),
+    ({"train": {"base": {"mode": "scene", "fused_adamw": "yes"}}}, r"config train.base\[0\] fused_adamw: 'yes'"),
+    ({"ground": {"backend": "gdino"}}, r"config ground backend: 'gdino' is not one of"),
+    ({"parse": {"n_process": "two"}}, r"config parse n_process: 'two' is not a valid int"),
+    ({"data": {"source": "tsv"}}, r"config data source: 'tsv' is not one of"),
+    ({"world": {"images": 10.5}}, r"config world images: 10.5 is not a valid int"),
+    ({"evaluate": {"settings": {"vlc_mode": "every"}}}, r"config evaluate.settings vlc_mode: 'every' is not one of"),
+])
+def test_flow_config_checks_every_section_when_read(tmp_path, over, message):
+    from flows.config import load_config
+
+    assert load_config("configs/demo.yaml")["train"]["arch"] == "macco-tiny"
+    with pytest.raises(ValueError, match=message):
+        load_config("configs/demo.yaml", over)
+
+
+def test_cli_flags_are_derived_from_the_configs():
+    from macco.cli import build_parser
+    from model.benchmarks import EvalConfig
+    from pipeline.grounding.base import GroundingConfig
+    from pipeline.stages import ParseConfig
+    from pipeline.world import WorldConfig
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for verb, cls in [("world", WorldConfig), ("parse", ParseConfig), ("ground", GroundingConfig),
+                      ("eval", EvalConfig)]:
+        actions = {a.dest: a for a in sub.choices[verb]._actions}
+        d = defaults(cls)
+        shared = [k for k in d if k in actions and not actions[k].required]
+        assert len(shared) >= 3, verb
+        for k in shared:
+            assert actions[k].default == (list(d[k]) if isinstance(d[k], tuple) else d[k]), (verb, k)
+            if choices(cls, k) is not None:
+                assert tuple(actions[k].choices) == choices(cls, k), (verb, k)
+    parse = sub.choices["parse"].parse_args(["captions.json", "--out", "o", "--model", "macco-tiny"])
+    assert parse.clip_model == "macco-tiny"
+    ground = sub.choices["ground"].parse_args(["t", "--shard-size", "7", "--box-threshold", "0.5"])
+    assert (ground.shard_size, ground.box_threshold) == (7, 0.5)
+    with pytest.raises(SystemExit):
+        sub.choices["ground"].parse_args(["t", "--backend", "gdino"])
