@@ -22,7 +22,7 @@ from pipeline.sources import Source
 
 # the modules whose code each stage's output depends on: its manifest's code version and the flow's key
 CAPTIONS_CODE = ("pipeline.captions", "pipeline.sources", "pipeline.stages")
-PARSE_CODE = ("pipeline.scene_graph", "pipeline.tokens", "pipeline.stages")
+PARSE_CODE = ("pipeline.scene_graph", "pipeline.concepts", "pipeline.sng", "pipeline.tokens", "pipeline.stages")
 MASKS_CODE = ("pipeline.patches", "data_schemas.geometry", "pipeline.stages")
 
 
@@ -191,7 +191,8 @@ def read_caption_input(path: str | Path, *, split: str | None = None,
 
 def _parse_rows(cfg: ParseConfig, rows: list[dict], loaded: dict) -> dict[str, list[dict]]:
     """Scene graphs, token masks and errors of ``rows`` in this process; models load into ``loaded`` once."""
-    from pipeline.scene_graph import load_nlp, make_sng, parse_captions
+    from pipeline.scene_graph import load_nlp, parse_captions
+    from pipeline.sng import make_sng
     from pipeline.tokens import token_mask_rows
 
     if not loaded:
