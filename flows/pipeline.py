@@ -18,9 +18,8 @@ from prefect import flow, get_run_logger, unmapped
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from flows.config import STAGES, base_sections, key_of, load_config
-from flows.tasks import (captions_task, evaluate_task, ground_finalize_task, ground_items, ground_shard_task,
-                         masks_task, n_shards, parse_finalize_task, parse_shard_task, read_stage, report_task,
-                         stage_done, train_task, validate_task, world_task)
+from flows.dag import BY_NAME, PREPROCESSING, Stage, read_stage, stage_done, stage_key
+from flows.tasks import evaluate_task, report_task, shard_task, stage_task, train_task, validate_task
 
 
 def _version(*modules: str) -> str:
@@ -93,37 +92,41 @@ class _Runner:
             shutil.rmtree(out)
         return True, not stage_done(out)
 
-    def call(self, stage: str, task, out: Path, key: str, **kw) -> dict:
+    def call(self, stage: str, task, out: Path, key: str, before=None, **kw) -> dict:
+        """``task`` for the output ``out`` unless it is done (read back) or not selected; ``before`` runs first
+        when the output is to be (re)made (a mapped stage's shards)."""
         with stage_lock(self.art, out):
             run, refresh = self.prepare(stage, out)
             if not run:
                 return read_stage(out)
+            if refresh and before is not None:
+                before()
             t = task.with_options(refresh_cache=True) if refresh else task
             return t(**kw, out=str(out), key=key)
 
-    def mapped(self, stage: str, shard_task, final_task, out: Path, key: str, n: int, **kw) -> dict:
-        with stage_lock(self.art, out):
-            return self._mapped(stage, shard_task, final_task, out, key, n, **kw)
+    def stage(self, stage: Stage, manifests: dict[str, dict]) -> dict:
+        """A preprocessing stage through the generic tasks: its shards mapped over the flow's task runner
+        (threads, or Dask workers) when it has them, then the task that publishes its manifest."""
+        key = stage_key(stage, manifests, self.cfg)
+        out, section = self.dir(stage.name, key), self.cfg[stage.section]
+        inputs = {i: manifests[i] for i in stage.inputs}
+        shards = (lambda: self._shards(stage, inputs, section, out, key)) if stage.shards is not None else None
+        return self.call(stage.name, stage_task, out, key, before=shards, name=stage.name, inputs=inputs,
+                         cfg=section)
 
-    def _mapped(self, stage: str, shard_task, final_task, out: Path, key: str, n: int, **kw) -> dict:
-        """Shard tasks mapped over the flow's task runner (threads, or Dask workers), then the publishing task."""
-        run, refresh = self.prepare(stage, out)
-        if not run:
-            return read_stage(out)
-        if refresh:
-            progress = create_progress_artifact(progress=0.0, key=f"{stage}-shards",
-                                                description=f"{stage}: shards written")
-            futures = shard_task.with_options(refresh_cache=True).map(
-                **{k: unmapped(v) for k, v in kw.items()}, out=unmapped(str(out)), shard=list(range(n)),
-                key=[f"{key}-{i}" for i in range(n)])
-            from prefect.futures import as_completed
+    def _shards(self, stage: Stage, inputs: dict, section: dict, out: Path, key: str) -> None:
+        from prefect.futures import as_completed
 
-            for done, fut in enumerate(as_completed(futures), 1):
-                fut.result()
-                update_progress_artifact(progress, progress=100.0 * done / n)
-                self.log.info("%s: shard %d/%d done", stage, done, n)
-        t = final_task.with_options(refresh_cache=True) if refresh else final_task
-        return t(**kw, out=str(out), key=key)
+        n = stage.shards(inputs, section)
+        progress = create_progress_artifact(progress=0.0, key=f"{stage.name}-shards",
+                                            description=f"{stage.name}: shards written")
+        futures = shard_task.with_options(refresh_cache=True).map(
+            name=unmapped(stage.name), inputs=unmapped(inputs), cfg=unmapped(section), out=unmapped(str(out)),
+            shard=list(range(n)), key=unmapped(key))
+        for done, fut in enumerate(as_completed(futures), 1):
+            fut.result()
+            update_progress_artifact(progress, progress=100.0 * done / n)
+            self.log.info("%s: shard %d/%d done", stage.name, done, n)
 
 
 @flow(name="macco", log_prints=True)
@@ -133,62 +136,22 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     r = _Runner(cfg, list(stages or STAGES), list(force or []))
     out: dict = {"config": config}
 
-    # the source: the world (the embedded default), a COCO-layout root, or CSV/TSV, image folder, webdataset
-    data = dict(cfg["data"])
+    # the source: the world (the embedded default), a COCO-layout root, or CSV/TSV, image folder, webdataset;
+    # then the preprocessing stages (flows.dag.PREPROCESSING), each keyed by what it reads
+    data = cfg["data"]
     world_run = data["source"] == "coco" and data["root"] is None
+    m: dict[str, dict] = {}
     if world_run:
-        from pipeline.world import CODE_MODULES as WORLD_CODE
-
-        key = key_of("world", cfg["world"], _version(*WORLD_CODE))
-        world = r.call("world", world_task, r.dir("world", key), key, cfg=cfg["world"])
-        data["root"], root_hash = world["dir"], world["content_hash"]
-        out["world"] = world
+        m["source"] = out["world"] = r.stage(BY_NAME["world"], m)
     else:
-        root_hash = source_fingerprint(data)
+        m["source"] = {"content_hash": source_fingerprint(data)}
+    for stage in PREPROCESSING[1:]:  # after the world
+        if not r.needed(stage.name):
+            return out
+        m[stage.name] = out[stage.name] = r.stage(stage, m)
+    captions, parse, ground, masks = (m[s] for s in ("captions", "parse", "ground", "masks"))
+    root, root_hash = captions["root"], m["source"]["content_hash"]  # the image root every later stage reads
 
-    if not r.needed("captions"):
-        return out
-    from pipeline.stages import CAPTIONS_CODE, MASKS_CODE, PARSE_CODE
-
-    key = key_of("captions", root_hash, cfg["data"], _version(*CAPTIONS_CODE))
-    captions = r.call("captions", captions_task, r.dir("captions", key), key, data=data)
-    root = captions["root"]  # the image root every later stage reads
-    out["captions"] = captions
-    if not r.needed("parse"):
-        return out
-    pcfg = cfg["parse"]
-    key = key_of("parse", captions["content_hash"], pcfg,
-                 _version(*PARSE_CODE))
-    parse = r.mapped("parse", parse_shard_task, parse_finalize_task, r.dir("parse", key), key,
-                     n_shards(captions["tables"]["captions"]["rows"], pcfg["shard_size"]), captions=captions,
-                     cfg=pcfg)
-
-    out["parse"] = parse
-    if not r.needed("ground"):
-        return out
-    gcfg = cfg["ground"]
-    backend = gcfg["backend"]
-    weights = [gcfg.get(k) for k in ("checkpoint", "model_dir") if gcfg.get(k)]
-    from model.export import file_sha256
-    from pipeline.stages import ground_code_modules
-
-    weight_sha = [file_sha256(w) if Path(w).is_file() else w for w in weights]
-    # root_hash: the images and instance annotations the grounders read (the captions hash covers neither)
-    key = key_of("ground", captions["content_hash"], parse["content_hash"], root_hash, gcfg, weight_sha,
-                 _version(*ground_code_modules(backend)))
-    gdir = r.dir("ground", key)
-    n_img = ground_items(captions, parse) if not stage_done(gdir) else 1
-    ground = r.mapped("ground", ground_shard_task, ground_finalize_task, gdir, key,
-                      n_shards(n_img, gcfg["shard_size"]), captions=captions, parse=parse, cfg=gcfg, inputs=key)
-
-    out["ground"] = ground
-    if not r.needed("masks"):
-        return out
-    key = key_of("masks", ground["content_hash"], captions["content_hash"], cfg["masks"],
-                 _version(*MASKS_CODE))
-    masks = r.call("masks", masks_task, r.dir("masks", key), key, captions=captions, ground=ground, cfg=cfg["masks"])
-
-    out["masks"] = masks
     if not r.needed("validate"):
         return out
     tables = {"captions": captions["tables"]["captions"]["dir"],
@@ -215,11 +178,14 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     if not r.needed("train"):
         return out
     # training: an optional base run, then each fine-tune x seed from the base's export
+    from model.export import file_sha256
+
     tcfg = cfg["train"]  # every section checked against TrainConfig by load_config
     bases = base_sections(tcfg["base"])
     train_tables = {k: tables[k] for k in ("captions", "token_masks", "scene_graphs", "regions")}
     model_code = _version("model.task", "model.masked", "model.predictors", "model.slots", "model.losses", "model.data",
-                          "model.scene", "model.train", "model.optim", "model.runlog", "model.export")
+                          "model.scene", "model.train", "model.train_config", "model.optim", "model.runlog",
+                          "model.export")
     table_hashes = [parse["content_hash"], ground["content_hash"], captions["content_hash"]]
 
     def settings_for(over: dict, seed: int, init: dict | None) -> tuple[dict, str]:

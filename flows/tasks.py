@@ -1,215 +1,54 @@
-"""Prefect tasks wrapping the pure stage functions. Every task writes under ``artifacts/<stage>/<key>/`` and
-returns a small JSON manifest. The key hashes the upstream manifests' content hashes, the stage config and the
-stage's code version (and weights' sha256 where used), so Prefect's cache (``cache_key_fn`` = that key) and the
-artifact directory agree: a new process, a new day or a colleague sharing the artifacts folder skips finished
-work, and the flow refreshes a task whose outputs are missing.
+"""Prefect tasks: ``stage_task`` / ``shard_task`` run any preprocessing stage of ``flows.dag`` (one shard at a time
+for the mapped ones); validate, train, evaluate and report have their own. Every task writes under
+``artifacts/<stage>/<key>/`` and returns a small JSON manifest; Prefect's cache key (``cache_key_fn``) is the
+same content key, so a new process, a new day or a colleague sharing the artifacts folder skips finished work,
+and the flow refreshes a task whose outputs are missing.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import re
-import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 from prefect import get_run_logger, task
 
-from data_schemas import TABLES, is_complete, read_table
 from data_schemas.config import from_dict
-
-STAGE_FILE = "stage.json"
+from flows.dag import read_stage, stage_done, write_stage  # noqa: F401 (API)
 
 
 def _key_fn(ctx, params) -> str:
-    return f"{ctx.task.name}-{params['key']}"
+    """The Prefect cache key: the task, the output's content key (the artifact directory's name), the shard."""
+    shard = f"-{params['shard']}" if "shard" in params else ""
+    return f"{ctx.task.name}-{params['key']}{shard}"
 
 
 def cached_task(**kw):
     return task(cache_key_fn=_key_fn, persist_result=True, result_serializer="json", **kw)
 
 
-def stage_done(d: str | Path) -> bool:
-    """A stage directory is done when its ``stage.json`` exists and every table it lists is complete."""
-    p = Path(d) / STAGE_FILE
-    if not p.exists():
-        return False
-    m = json.loads(p.read_text())
-    return all(is_complete(t["dir"]) for t in m.get("tables", {}).values()) and \
-        all(Path(f).exists() for f in m.get("files", []))
-
-
-def write_stage(d: Path, manifest: dict) -> dict:
-    tmp = d / f".{STAGE_FILE}.{uuid.uuid4().hex}"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-    tmp.replace(d / STAGE_FILE)
-    return manifest
-
-
-def read_stage(d: str | Path) -> dict:
-    return json.loads((Path(d) / STAGE_FILE).read_text())
-
-
-def tables_of(manifests: dict[str, dict], base: Path) -> dict:
-    """{table: {dir, content_hash, rows}} for the tables a stage wrote under ``base``."""
-    return {n: {"dir": str(base / n), "content_hash": m["content_hash"], "rows": m["rows"]}
-            for n, m in manifests.items()}
-
-
-def _files_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()
-
-
-# ---- world ------------------------------------------------------------------------------------------------
-@cached_task(name="world", task_run_name="world")
-def world_task(cfg: dict, out: str, key: str) -> dict:
-    from pipeline.world import WorldConfig, generate_world
+# ---- the preprocessing stages (flows.dag): one task runs any of them, one runs any stage's shard ---------
+@cached_task(name="stage", task_run_name="{name}")
+def stage_task(name: str, inputs: dict, cfg: dict, out: str, key: str) -> dict:
+    """Stage ``name`` (``flows.dag.BY_NAME``) into ``out``; a finished output is read back, not redone."""
+    from flows.dag import BY_NAME
 
     out = Path(out)
     if stage_done(out):
         return read_stage(out)
-    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex}")
-    summary = generate_world(tmp, from_dict(WorldConfig, cfg, "world"))
-    tmp.mkdir(parents=True, exist_ok=True)
-    write_stage(tmp, {"stage": "world", "key": key, "dir": str(out), "content_hash": _files_hash(tmp),
-                      "summary": summary})
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.replace(out)
-    m = read_stage(out)
-    get_run_logger().info("world: %s", {s: v["images"] for s, v in summary["splits"].items()})
-    return m
+    body = BY_NAME[name].run(inputs, cfg, out, key)
+    return write_stage(out, {"stage": name, "key": key, "dir": str(out), **body})
 
 
-# ---- captions ---------------------------------------------------------------------------------------------
-@cached_task(name="captions", task_run_name="captions")
-def captions_task(data: dict, out: str, key: str) -> dict:
-    """The captions table of ``data`` (the config's data section); the manifest's ``root`` is the image root."""
-    from pipeline.stages import CaptionsConfig, captions_image_root, captions_stage
+@cached_task(name="stage-shard", task_run_name="{name}-shard-{shard}")
+def shard_task(name: str, inputs: dict, cfg: dict, out: str, shard: int, key: str) -> int:
+    """One shard of a mapped stage (its Parquet part survives a kill; ``stage_task`` then publishes)."""
+    from flows.dag import BY_NAME
 
-    out = Path(out)
-    if stage_done(out):
-        return read_stage(out)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg = from_dict(CaptionsConfig, data, "data")
-    m = captions_stage(cfg, out)
-    get_run_logger().info("captions (%s): %d rows, %d errors %s", cfg.source, m["captions"]["rows"],
-                          m["errors"]["rows"], m["captions"].get("summary", {}).get("error_reasons", {}))
-    return write_stage(out, {"stage": "captions", "key": key, "dir": str(out), "source": cfg.source,
-                             "root": captions_image_root(cfg, out), "tables": tables_of(m, out),
-                             "content_hash": m["captions"]["content_hash"],
-                             "summary": m["captions"].get("summary", {})})
-
-
-# ---- parse (mapped over shards) ---------------------------------------------------------------------------
-def _parse_cfg(cfg: dict):
-    from pipeline.stages import ParseConfig
-
-    return from_dict(ParseConfig, cfg, "parse")
-
-
-def _captions(captions: dict) -> list[dict]:
-    return read_table(TABLES["captions"], captions["tables"]["captions"]["dir"]).to_pylist()
-
-
-@cached_task(name="parse-shard", task_run_name="parse-shard-{shard}")
-def parse_shard_task(captions: dict, cfg: dict, out: str, shard: int, key: str) -> int:
-    from pipeline.stages import parse_stage
-
-    parse_stage(_parse_cfg(cfg), _captions(captions), Path(out), only=[shard], finalize=False, reuse=True,
-                inputs=captions["content_hash"])
+    BY_NAME[name].run_shard(inputs, cfg, Path(out), key, shard)
     return shard
-
-
-@cached_task(name="parse", task_run_name="parse")
-def parse_finalize_task(captions: dict, cfg: dict, out: str, key: str) -> dict:
-    from pipeline.stages import parse_stage
-
-    out = Path(out)
-    if stage_done(out):
-        return read_stage(out)
-    m = parse_stage(_parse_cfg(cfg), _captions(captions), out, only=[], reuse=True, inputs=captions["content_hash"])
-    get_run_logger().info("parse: %s", {n: v["rows"] for n, v in m.items()})
-    return write_stage(out, {"stage": "parse", "key": key, "dir": str(out), "tables": tables_of(m, out),
-                             "content_hash": m["scene_graphs"]["content_hash"] + m["token_masks"]["content_hash"]})
-
-
-# ---- ground (mapped over shards of images) ----------------------------------------------------------------
-def _ground_inputs(captions: dict, parse: dict, cfg: dict):
-    from pipeline.grounding.base import GroundingConfig
-    from pipeline.stages import read_instances
-
-    caps = _captions(captions)
-    sg = read_table(TABLES["scene_graphs"], parse["tables"]["scene_graphs"]["dir"]).to_pylist()
-    gcfg = from_dict(GroundingConfig, cfg, "ground")
-    instances = None
-    if gcfg.backend == "annotations":
-        if captions.get("source", "coco") != "coco":
-            raise ValueError(f"ground.backend 'annotations' reads COCO instances files: it works with data.source "
-                             f"coco only (this run: {captions['source']!r}); use backend groundingdino or hf")
-        instances = read_instances(captions["root"], sorted({c["split"] for c in caps}))
-    return caps, sg, gcfg, instances
-
-
-@cached_task(name="ground-shard", task_run_name="ground-shard-{shard}")
-def ground_shard_task(captions: dict, parse: dict, cfg: dict, inputs: str, out: str, shard: int, key: str) -> int:
-    from pipeline.stages import ground_stage
-
-    caps, sg, gcfg, inst = _ground_inputs(captions, parse, cfg)
-    ground_stage(gcfg, caps, sg, captions["root"], Path(out), instances=inst,
-                 only=[shard], finalize=False, reuse=True, inputs=inputs)
-    return shard
-
-
-@cached_task(name="ground", task_run_name="ground")
-def ground_finalize_task(captions: dict, parse: dict, cfg: dict, inputs: str, out: str, key: str) -> dict:
-    from pipeline.stages import ground_stage
-
-    out = Path(out)
-    if stage_done(out):
-        return read_stage(out)
-    caps, sg, gcfg, inst = _ground_inputs(captions, parse, cfg)
-    m = ground_stage(gcfg, caps, sg, captions["root"], out, instances=inst, only=[],
-                     reuse=True, inputs=inputs)
-    get_run_logger().info("ground: %d regions, %d errors", m["regions"]["rows"], m["errors"]["rows"])
-    return write_stage(out, {"stage": "ground", "key": key, "dir": str(out), "tables": tables_of(m, out),
-                             "content_hash": m["regions"]["content_hash"]})
-
-
-def n_shards(n_items: int, shard_size: int) -> int:
-    from pipeline.stages import n_shards_for
-
-    return n_shards_for(n_items, shard_size)
-
-
-def ground_items(captions: dict, parse: dict) -> int:
-    """Number of images the ground stage shards over (images with at least one parsed caption)."""
-    caps = read_table(TABLES["captions"], captions["tables"]["captions"]["dir"], ["caption_id", "image_id"])
-    sg = read_table(TABLES["scene_graphs"], parse["tables"]["scene_graphs"]["dir"], ["caption_id"])
-    parsed = set(sg.column("caption_id").to_pylist())
-    return len({i for c, i in zip(caps.column("caption_id").to_pylist(), caps.column("image_id").to_pylist())
-                if c in parsed})
-
-
-# ---- patch masks ------------------------------------------------------------------------------------------
-@cached_task(name="masks", task_run_name="masks")
-def masks_task(captions: dict, ground: dict, cfg: dict, out: str, key: str) -> dict:
-    from pipeline.stages import patches_stage
-
-    out = Path(out)
-    if stage_done(out):
-        return read_stage(out)
-    regions = read_table(TABLES["regions"], ground["tables"]["regions"]["dir"]).to_pylist()
-    m = patches_stage(cfg["models"], _captions(captions), regions, out)
-    return write_stage(out, {"stage": "masks", "key": key, "dir": str(out), "tables": tables_of(m, out),
-                             "content_hash": m["patch_masks"]["content_hash"]})
 
 
 # ---- validate (the gate; never cached: it publishes its artifact every run) -------------------------------

@@ -104,14 +104,13 @@ def test_edited_instances_under_a_coco_root_reground(harness, world, tmp_path):
 
 
 def test_a_second_writer_of_a_stage_fails_with_a_message(harness, tmp_path):
+    from flows.config import load_config
     from flows.pipeline import StageLocked, macco_pipeline, stage_lock
-    from flows.config import key_of, load_config
-    from pipeline.stages import code_version
-    from pipeline.world import CODE_MODULES
+    from flows.dag import BY_NAME, stage_key
 
     cfg = config(tmp_path)
     c = load_config(cfg)
-    key = key_of("world", c["world"], code_version(*CODE_MODULES))
+    key = stage_key(BY_NAME["world"], {}, c)
     art = Path(c["artifacts"])
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from pathlib import Path; from flows.pipeline import stage_lock\n"

@@ -1,0 +1,239 @@
+"""The preprocessing DAG as data: one ``Stage`` record per step (what it reads, which config section and code
+make its key, its work), wired by name in ``PREPROCESSING``; the flow runs them through one generic cached task.
+
+A stage's output lives in ``artifacts/<stage>/<key>/`` with a ``stage.json`` manifest. The key hashes the
+content hashes of the manifests it reads, its config section, the source of its code modules and any
+``extra_key`` (model weights); so a changed input, setting or code line is never a cache hit. Whether a stage is
+done is decided in one place, ``stage_done`` (the manifest exists and every table and file it lists is
+complete); the Prefect cache uses the same key, and a shard's fingerprint only lets an unfinished stage resume
+its finished shards.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from data_schemas import TABLES, is_complete, read_table
+from data_schemas.config import from_dict
+
+STAGE_FILE = "stage.json"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of the DAG. ``run(inputs, cfg, out, key)`` does the work under ``out`` and returns the manifest's
+    fields (``content_hash`` among them); a mapped stage also has ``shards(inputs, cfg)`` (how many) and
+    ``run_shard(inputs, cfg, out, key, shard)``, each shard a task of its own, before ``run`` publishes."""
+    name: str
+    inputs: tuple[str, ...]  # the upstream manifests it reads, by stage name ("source": the data's fingerprint)
+    section: str  # the flow config section that configures it
+    code: Callable[[dict], tuple[str, ...]]  # section -> the modules whose source is its code version
+    run: Callable[[dict, dict, Path, str], dict]
+    shards: Callable[[dict, dict], int] | None = None
+    run_shard: Callable[[dict, dict, Path, str, int], None] | None = None
+    extra_key: Callable[[dict], list] | None = None  # section -> more key parts (e.g. weights' sha256)
+
+
+# ---- manifests --------------------------------------------------------------------------------------------
+def stage_done(d: str | Path) -> bool:
+    """The one rule for "already done": ``stage.json`` exists and every table and file it lists is complete."""
+    p = Path(d) / STAGE_FILE
+    if not p.exists():
+        return False
+    m = json.loads(p.read_text())
+    return all(is_complete(t["dir"]) for t in m.get("tables", {}).values()) and \
+        all(Path(f).exists() for f in m.get("files", []))
+
+
+def write_stage(d: Path, manifest: dict) -> dict:
+    tmp = d / f".{STAGE_FILE}.{uuid.uuid4().hex}"
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    tmp.replace(d / STAGE_FILE)
+    return manifest
+
+
+def read_stage(d: str | Path) -> dict:
+    return json.loads((Path(d) / STAGE_FILE).read_text())
+
+
+def tables_of(manifests: dict[str, dict], base: Path) -> dict:
+    """{table: {dir, content_hash, rows}} for the tables a stage wrote under ``base``."""
+    return {n: {"dir": str(base / n), "content_hash": m["content_hash"], "rows": m["rows"]}
+            for n, m in manifests.items()}
+
+
+def stage_key(stage: Stage, manifests: dict[str, dict], cfg: dict) -> str:
+    """The content key of ``stage``'s output directory (and of its Prefect cache record)."""
+    from flows.config import key_of
+    from pipeline.stages import code_version
+
+    section = cfg[stage.section]
+    extra = stage.extra_key(section) if stage.extra_key else []
+    return key_of(stage.name, [manifests[i]["content_hash"] for i in stage.inputs], section,
+                  code_version(*stage.code(section)), *extra)
+
+
+def _logger():
+    from prefect import get_run_logger
+
+    return get_run_logger()
+
+
+def _rows(manifest: dict, table: str) -> list[dict]:
+    return read_table(TABLES[table], manifest["tables"][table]["dir"]).to_pylist()
+
+
+def _files_hash(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+# ---- world (the embedded default's data) ------------------------------------------------------------------
+def _world(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
+    from pipeline.world import WorldConfig, generate_world
+
+    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex}")  # a killed run leaves no half world at out
+    summary = generate_world(tmp, from_dict(WorldConfig, cfg, "world"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    content = _files_hash(tmp)
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.replace(out)
+    _logger().info("world: %s", {s: v["images"] for s, v in summary["splits"].items()})
+    return {"content_hash": content, "summary": summary}
+
+
+# ---- captions ---------------------------------------------------------------------------------------------
+def _captions(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
+    """The captions table of the data section (the world's root when the data is the synthetic world); the
+    manifest's ``root`` is the image root every later stage reads."""
+    from pipeline.stages import CaptionsConfig, captions_image_root, captions_stage
+
+    data = {**cfg, "root": cfg["root"] or inputs["source"]["dir"]} if cfg["source"] == "coco" else cfg
+    c = from_dict(CaptionsConfig, data, "data")
+    out.mkdir(parents=True, exist_ok=True)
+    m = captions_stage(c, out)
+    _logger().info("captions (%s): %d rows, %d errors %s", c.source, m["captions"]["rows"], m["errors"]["rows"],
+                   m["captions"].get("summary", {}).get("error_reasons", {}))
+    return {"source": c.source, "root": captions_image_root(c, out), "tables": tables_of(m, out),
+            "content_hash": m["captions"]["content_hash"], "summary": m["captions"].get("summary", {})}
+
+
+# ---- parse (mapped over shards of captions) ---------------------------------------------------------------
+def _parse_stage(inputs: dict, cfg: dict, out: Path, **kw) -> dict:
+    from pipeline.stages import ParseConfig, parse_stage
+
+    captions = inputs["captions"]
+    return parse_stage(from_dict(ParseConfig, cfg, "parse"), _rows(captions, "captions"), out, reuse=True,
+                       inputs=captions["content_hash"], **kw)
+
+
+def _parse_shard(inputs: dict, cfg: dict, out: Path, key: str, shard: int) -> None:
+    _parse_stage(inputs, cfg, out, only=[shard], finalize=False)
+
+
+def _parse(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
+    m = _parse_stage(inputs, cfg, out, only=[])
+    _logger().info("parse: %s", {n: v["rows"] for n, v in m.items()})
+    return {"tables": tables_of(m, out),
+            "content_hash": m["scene_graphs"]["content_hash"] + m["token_masks"]["content_hash"]}
+
+
+def _parse_shards(inputs: dict, cfg: dict) -> int:
+    from pipeline.stages import n_shards_for
+
+    return n_shards_for(inputs["captions"]["tables"]["captions"]["rows"], cfg["shard_size"])
+
+
+# ---- ground (mapped over shards of images) ----------------------------------------------------------------
+def _ground_stage(inputs: dict, cfg: dict, out: Path, key: str, **kw) -> dict:
+    from pipeline.grounding.base import GroundingConfig
+    from pipeline.stages import ground_stage, read_instances
+
+    captions = inputs["captions"]
+    caps, sg = _rows(captions, "captions"), _rows(inputs["parse"], "scene_graphs")
+    gcfg = from_dict(GroundingConfig, cfg, "ground")
+    instances = None
+    if gcfg.backend == "annotations":
+        if captions.get("source", "coco") != "coco":
+            raise ValueError(f"ground.backend 'annotations' reads COCO instances files: it works with data.source "
+                             f"coco only (this run: {captions['source']!r}); use backend groundingdino or hf")
+        instances = read_instances(captions["root"], sorted({c["split"] for c in caps}))
+    # the key covers the captions, the scene graphs, the images and instances (source) and the weights
+    return ground_stage(gcfg, caps, sg, captions["root"], out, instances=instances, reuse=True, inputs=key, **kw)
+
+
+def _ground_shard(inputs: dict, cfg: dict, out: Path, key: str, shard: int) -> None:
+    _ground_stage(inputs, cfg, out, key, only=[shard], finalize=False)
+
+
+def _ground(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
+    m = _ground_stage(inputs, cfg, out, key, only=[])
+    _logger().info("ground: %d regions, %d errors", m["regions"]["rows"], m["errors"]["rows"])
+    return {"tables": tables_of(m, out), "content_hash": m["regions"]["content_hash"]}
+
+
+def _ground_shards(inputs: dict, cfg: dict) -> int:
+    """Shards of the images with at least one parsed caption (what ground_stage grounds)."""
+    from pipeline.stages import n_shards_for
+
+    caps = read_table(TABLES["captions"], inputs["captions"]["tables"]["captions"]["dir"], ["caption_id", "image_id"])
+    sg = read_table(TABLES["scene_graphs"], inputs["parse"]["tables"]["scene_graphs"]["dir"], ["caption_id"])
+    parsed = set(sg.column("caption_id").to_pylist())
+    images = {i for c, i in zip(caps.column("caption_id").to_pylist(), caps.column("image_id").to_pylist())
+              if c in parsed}
+    return n_shards_for(len(images), cfg["shard_size"])
+
+
+def _weights_key(cfg: dict) -> list:
+    """The grounding weights' sha256 (a file) or path (a model directory)."""
+    from model.export import file_sha256
+
+    weights = [cfg.get(k) for k in ("checkpoint", "model_dir") if cfg.get(k)]
+    return [[file_sha256(w) if Path(w).is_file() else w for w in weights]]
+
+
+# ---- patch masks ------------------------------------------------------------------------------------------
+def _masks(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
+    from pipeline.stages import patches_stage
+
+    m = patches_stage(cfg["models"], _rows(inputs["captions"], "captions"), _rows(inputs["ground"], "regions"), out)
+    return {"tables": tables_of(m, out), "content_hash": m["patch_masks"]["content_hash"]}
+
+
+def _code(*modules: str) -> Callable[[dict], tuple[str, ...]]:
+    return lambda section: modules
+
+
+def _ground_code(section: dict) -> tuple[str, ...]:
+    from pipeline.stages import ground_code_modules
+
+    return ground_code_modules(section["backend"])
+
+
+def _preprocessing() -> tuple[Stage, ...]:
+    from pipeline.stages import CAPTIONS_CODE, MASKS_CODE, PARSE_CODE
+    from pipeline.world import CODE_MODULES as WORLD_CODE
+
+    return (
+        Stage("world", (), "world", _code(*WORLD_CODE), _world),
+        Stage("captions", ("source",), "data", _code(*CAPTIONS_CODE), _captions),
+        Stage("parse", ("captions",), "parse", _code(*PARSE_CODE), _parse, _parse_shards, _parse_shard),
+        # source: the images and instance annotations the grounders read (the captions hash covers neither)
+        Stage("ground", ("captions", "parse", "source"), "ground", _ground_code, _ground, _ground_shards,
+              _ground_shard, extra_key=_weights_key),
+        Stage("masks", ("ground", "captions"), "masks", _code(*MASKS_CODE), _masks),
+    )
+
+
+PREPROCESSING: tuple[Stage, ...] = _preprocessing()
+BY_NAME: dict[str, Stage] = {s.name: s for s in PREPROCESSING}
