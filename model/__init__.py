@@ -12,12 +12,16 @@ _registered = False
 
 
 def register_model_configs() -> None:
-    """Register the repo's tiny open_clip architectures (``macco-tiny``, ``macco-micro``) once."""
+    """Register the repo's tiny open_clip architectures (``macco-tiny``, ``macco-micro``, ``macco-siglip-tiny``
+    with its timm trunk) once."""
     global _registered
     if _registered:
         return
     import open_clip
 
+    from .siglip import register_tiny_timm
+
+    register_tiny_timm()
     open_clip.add_model_config(CONFIG_DIR)
     _registered = True
 

@@ -13,6 +13,9 @@ Notation: I, T full image/text globals and I_m, T_m masked ones, all L2-normalis
   over samples with >= 1 masked token (0 if none).
 - ``image_reconstruction_loss``: MAE norm-pix MSE at masked patches, per sample first, then over samples with
   >= 1 masked patch (the reference divides by count + 1e-8; the value is the same up to that 1e-8).
+Sigmoid form (SigLIP models; b = the model's logit bias): ``sigmoid_contrast_loss`` and
+``sigmoid_intra_modal_loss`` — one binary term log sigmoid(z (s x.y + b)) per pair, z = +1 for the full matched
+pairs only, summed over B.
 """
 from __future__ import annotations
 
@@ -56,6 +59,40 @@ def intra_modal_contrast_loss(per_modality: list[torch.Tensor]) -> torch.Tensor:
     """The MIR term: the mean of the masked modalities' ``intra_modal_loss`` values (the caller computes each
     where its masked globals are made: the order autograd sums a feature's gradients in follows that order)."""
     return sum(per_modality) / len(per_modality)
+
+
+# ---- the sigmoid (SigLIP) form of the contrastive terms (#18; not yet wired into MaccoTask) ----------------
+def sigmoid_pairs_loss(x: torch.Tensor, y: torch.Tensor, labels: torch.Tensor, scale: torch.Tensor,
+                       bias: torch.Tensor, n: int) -> torch.Tensor:
+    """-sum over every pair (i, j) of log sigmoid(labels_ij * (s * x_i . y_j + b)), over ``n`` (SigLIP: the
+    number of images; one term per pair, no direction)."""
+    return -F.logsigmoid(labels * (scale * x @ y.t() + bias)).sum() / n
+
+
+def sigmoid_contrast_loss(images: list[torch.Tensor], texts: list[torch.Tensor], scale: torch.Tensor,
+                          bias: torch.Tensor, hard_texts: torch.Tensor | None = None) -> torch.Tensor:
+    """MCA in sigmoid form over stacks of image and text globals (each [B, E], normalised; the first of each
+    stack the full ones): every pair of the rows [I; I_m] with the columns [T; T_m] (and the hard-negative
+    captions) is one binary term; the full matched pairs (I_i, T_i) are the only positives, every other pair —
+    a masked sample with its own full partner included — is an extra negative. Over B, as SigLIP: with one
+    image and one text stack this is open_clip's ``SigLipLoss`` (tested). Unlike the softmax form, where
+    (I_m_i, T_i) is a positive for the masked image as anchor and a negative for the text as anchor, a pair has
+    one label here, so the masked samples are negatives only."""
+    B = images[0].shape[0]
+    rows = torch.cat(images)
+    cols = torch.cat([*texts, hard_texts]) if hard_texts is not None else torch.cat(texts)
+    labels = -torch.ones(rows.shape[0], cols.shape[0], device=rows.device, dtype=rows.dtype)
+    labels[:B, :B] += 2 * torch.eye(B, device=rows.device, dtype=rows.dtype)
+    return sigmoid_pairs_loss(rows, cols, labels, scale, bias, B)
+
+
+def sigmoid_intra_modal_loss(full: torch.Tensor, masked: torch.Tensor, scale: torch.Tensor,
+                             bias: torch.Tensor) -> torch.Tensor:
+    """MIR in sigmoid form for one modality: each masked global [B, E] against each full one, positive with its
+    own, negative with the others, with the model's scale and bias; over B."""
+    B = full.shape[0]
+    labels = 2 * torch.eye(B, device=full.device, dtype=full.dtype) - 1
+    return sigmoid_pairs_loss(masked, full, labels, scale, bias, B)
 
 
 def per_sample_mean(values: torch.Tensor, sample: torch.Tensor, batch: int,

@@ -83,3 +83,15 @@ def reference_terms(task, img: torch.Tensor, t: torch.Tensor, tm: torch.Tensor, 
              "text_reconstruction_loss": masked_text_nll(logp, t, tm),
              "image_reconstruction_loss": masked_image_mse(pred, img, im, task.patch_size)}
     return terms, total_loss(terms, LossWeights())
+
+
+def sigmoid_pairs_reference(rows: list[torch.Tensor], cols: list[torch.Tensor], positive, scale: float,
+                            bias: float, n: int) -> torch.Tensor:
+    """The sigmoid (SigLIP) terms pair by pair: -sum log sigmoid(z (s x.y + b)) / n over every row x and column
+    y, z = +1 where ``positive(i, j)`` (flat indices), else -1."""
+    total = torch.zeros(())
+    for i, x in enumerate(rows):
+        for j, y in enumerate(cols):
+            z = 1.0 if positive(i, j) else -1.0
+            total = total - F.logsigmoid(torch.as_tensor(z) * (scale * torch.dot(x, y) + bias))
+    return total / n
