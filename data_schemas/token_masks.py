@@ -1,6 +1,7 @@
 """Table ``token_masks``: per caption × tokenizer, the CLIP token ids and the positions of each concept kind.
 
-Positions index the ``context_length`` token sequence (SOT at 0). ``eot_idx`` is the end-of-text position.
+Positions index the ``context_length`` token sequence (CLIP BPE: SOT at 0; a Hugging Face tokenizer ``hf:<name>``:
+the first word at 0). ``eot_idx`` is the end-of-text position.
 """
 import pyarrow as pa
 
@@ -19,6 +20,7 @@ SCHEMA = pa.schema([
 ])
 
 _POS = "list_concat(relation_idx, attribute_idx, object_idx)"
+_FIRST = "(case when tokenizer = 'clip-bpe' then 1 else 0 end)"  # the first caption position
 
 CHECKS = (
     Check("token_masks.key_unique",
@@ -26,12 +28,14 @@ CHECKS = (
     Check("token_masks.key_not_null", "select * from token_masks where caption_id is null or tokenizer is null"),
     Check("token_masks.caption_exists",
           "select t.* from token_masks t anti join captions c using (caption_id)", needs=("captions",)),
+    # CLIP BPE: SOT at 0, EOT = {eot_token_id} at eot_idx; Hugging Face tokenizers (hf:<name>, SigLIP's
+    # SentencePiece): no start token, their own end token at eot_idx
     Check("token_masks.eot_consistent",
-          "select * from token_masks where eot_idx < 1 or eot_idx >= len(token_ids) "
-          "or token_ids[eot_idx + 1] <> {eot_token_id}"),
+          f"select * from token_masks where eot_idx < {_FIRST} or eot_idx >= len(token_ids) "
+          "or (tokenizer = 'clip-bpe' and token_ids[eot_idx + 1] <> {eot_token_id})"),
     Check("token_masks.positions_in_caption",
           f"select * from token_masks where len({_POS}) > 0 and "
-          f"(list_min({_POS}) < 1 or list_max({_POS}) >= eot_idx)"),
+          f"(list_min({_POS}) < {_FIRST} or list_max({_POS}) >= eot_idx)"),
     Check("token_masks.coverage",
           "select share from (select avg(case when len(relation_idx) + len(attribute_idx) > 0 "
           "then 1.0 else 0.0 end) as share from token_masks) where share < {min_text_mask_coverage}",

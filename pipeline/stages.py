@@ -164,7 +164,7 @@ class ParseConfig:
     parser: Literal["rules", "sng"] = "rules"  # sng: SceneGraphParser (the sng extra)
     spacy_model: str = SPACY_MODEL
     clip_model: str = DEFAULT_ARCH  # whose tokenizer the token masks use
-    context_length: int = 77
+    context_length: int | None = None  # None: the tokenizer's own (CLIP BPE: 77; SigLIP B/16: 64)
     batch_size: int = 256
     n_process: int = 1
     shard_size: int = 2000

@@ -1,11 +1,15 @@
-"""Align concept character spans to positions in the CLIP BPE token sequence of their caption.
+"""Align concept character spans to positions in the token sequence of their caption.
 
-Uses open_clip's own tokenizer (``SimpleTokenizer``): the caption is split with the tokenizer's regex into
-pre-tokens whose character offsets we keep, each pre-token is BPE-encoded exactly as ``encode`` does, and
-the concatenation is checked against ``tokenizer.encode(caption)``. A concept gets every BPE piece whose
-character span overlaps its own (its *own* occurrence, never the first string match). Position 0 is SOT;
-captions longer than the context are truncated as open_clip does (last kept token forced to EOT), and a
-concept whose pieces fall past the cut is listed in ``unmatched``.
+CLIP BPE (open_clip's ``SimpleTokenizer``): the caption is split with the tokenizer's regex into pre-tokens whose
+character offsets we keep, each pre-token is BPE-encoded exactly as ``encode`` does, and the concatenation is
+checked against ``tokenizer.encode(caption)``. Position 0 is SOT; captions longer than the context are truncated
+as open_clip does (last kept token forced to EOT).
+Hugging Face tokenizers (open_clip's ``HFTokenizer``: SigLIP's SentencePiece, loaded from a ``local-dir:``
+folder): the caption is cleaned the tokenizer's way with a map from each kept character to its place in the
+caption, the fast tokenizer's own offsets give each token's characters, and the ids are checked against the
+tokenizer's output; no start token, the end token at ``eot_idx``.
+Either way a concept gets every piece whose character span overlaps its own (its *own* occurrence, never the first
+string match), and a concept whose pieces fall past the cut is listed in ``unmatched``.
 """
 from __future__ import annotations
 
@@ -68,28 +72,49 @@ def _builtin_text_cfg(model: str) -> dict | None:
 
 @lru_cache(maxsize=4)
 def get_tokenizer(model: str = DEFAULT_ARCH):
-    """The CLIP BPE tokenizer ``open_clip.get_tokenizer(model)`` returns, built the way it builds it.
+    """The tokenizer ``open_clip.get_tokenizer(model)`` returns, built the way it builds it, from local files only.
 
     Built-in architectures whose text config names no Hugging Face tokenizer (every OpenAI CLIP, the repo's
     tiny configs) get ``SimpleTokenizer(context_length, **tokenizer_kwargs)`` straight from open_clip's
-    tokenizer module; anything else goes through ``open_clip.get_tokenizer``.
+    tokenizer module. A ``local-dir:FOLDER`` (open_clip_config.json + the tokenizer files, e.g. a downloaded
+    ``timm/ViT-B-16-SigLIP``) goes through ``open_clip.get_tokenizer``. Hub names are refused: nothing is
+    downloaded here.
     """
     arch = "ViT-B-32" if model in TINY_ARCHS else model
-    text_cfg = _builtin_text_cfg(arch)
-    if text_cfg is not None and not text_cfg.get("hf_tokenizer_name") and "siglip" not in arch.lower():
-        tok = _bpe_module().SimpleTokenizer(context_length=text_cfg.get("context_length", 77),
-                                            **text_cfg.get("tokenizer_kwargs", {}))
-    else:
-        import open_clip
+    if arch.endswith("-gelu") and not arch.endswith("-quickgelu"):  # model.resolve_arch's alias: same tokenizer
+        arch = arch.removesuffix("-gelu")
+    text_cfg = None if arch.startswith("local-dir:") else _builtin_text_cfg(arch)
+    hub = arch.removeprefix("hf-hub:") if arch.startswith("hf-hub:") else (text_cfg or {}).get("hf_tokenizer_name")
+    if hub or (text_cfg is not None and "siglip" in arch.lower()):
+        raise ValueError(f"model {model!r} loads its tokenizer from the Hugging Face hub ({hub or arch}), and this "
+                         f"runs offline: download that repository (open_clip_config.json, the weights and the "
+                         f"tokenizer files) to a folder and pass local-dir:/that/folder")
+    if text_cfg is not None:
+        return _bpe_module().SimpleTokenizer(context_length=text_cfg.get("context_length", 77),
+                                             **text_cfg.get("tokenizer_kwargs", {}))
+    import open_clip  # a local-dir: folder, or a name without a built-in config (open_clip decides)
 
-        tok = open_clip.get_tokenizer(arch)
-    if not hasattr(tok, "bpe") or not hasattr(tok, "pat"):
-        raise ValueError(f"model {model!r} does not use the CLIP BPE tokenizer; token alignment needs it")
+    tok = open_clip.get_tokenizer(arch)
+    if not (_is_bpe(tok) or _is_hf(tok)):
+        raise ValueError(f"model {model!r}: token alignment supports CLIP BPE and Hugging Face fast tokenizers, "
+                         f"not {type(tok).__name__}")
     return tok
 
 
+def _is_bpe(tok) -> bool:
+    return hasattr(tok, "bpe") and hasattr(tok, "pat")
+
+
+def _is_hf(tok) -> bool:
+    return hasattr(tok, "tokenizer") and getattr(tok.tokenizer, "is_fast", False)
+
+
 def tokenizer_name(model: str) -> str:
-    return "clip-bpe"  # every supported architecture (OpenAI ViTs, tiny configs) shares the 49408 BPE vocab
+    """The ``token_masks`` key of a model's tokenizer: ``clip-bpe`` for every OpenAI ViT and tiny config (one
+    49408 BPE vocabulary), ``hf:<folder>`` for a local Hugging Face tokenizer."""
+    if model.startswith("local-dir:") and _is_hf(get_tokenizer(model)):
+        return "hf:" + model.removeprefix("local-dir:").rstrip("/").rsplit("/", 1)[-1]
+    return "clip-bpe"
 
 
 @dataclass
@@ -110,8 +135,12 @@ def _word_pieces(tok, word: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def align_caption(tok, caption: str, context_length: int = 77) -> Alignment:
-    """Tokenize ``caption`` keeping each BPE piece's character span in the original string."""
+def align_caption(tok, caption: str, context_length: int | None = None) -> Alignment:
+    """Tokenize ``caption`` keeping each piece's character span in the original string (``context_length``
+    None: the tokenizer's own)."""
+    context_length = context_length or tok.context_length
+    if _is_hf(tok):
+        return _align_hf(tok, caption, context_length)
     low = caption.lower()
     # ftfy/html cleaning is the identity on plain ASCII without entities or escapes (the common case); only
     # other captions pay for running the tokenizer's own cleaning to prove nothing changes
@@ -138,12 +167,68 @@ def align_caption(tok, caption: str, context_length: int = 77) -> Alignment:
     return Alignment(seq, eot_idx, pieces, truncated)
 
 
+def _cleaned_with_map(tok, caption: str) -> tuple[str, list[int]]:
+    """``tok.clean_fn(caption)`` built character by character, with each kept character's index in ``caption``
+    (open_clip's whitespace / lower / canonicalize cleaning: ``_`` to space and punctuation removed for
+    canonicalize, lowercase, whitespace runs to one space, stripped). Refused when ftfy/html cleaning changes
+    the caption (the offsets would not hold)."""
+    import string
+
+    name = getattr(tok.clean_fn, "__name__", "")
+    chars = list(enumerate(caption))
+    if name == "_clean_canonicalize":
+        chars = [(i, " " if c == "_" else c) for i, c in chars]
+        chars = [(i, c) for i, c in chars if c not in string.punctuation]
+    if name in ("_clean_canonicalize", "_clean_lower"):
+        chars = [(i, c.lower()) if len(c.lower()) == 1 else (i, c) for i, c in chars]
+    out, where = [], []
+    for i, c in chars:
+        if c.isspace():
+            if out and out[-1] != " ":
+                out.append(" ")
+                where.append(i)
+        else:
+            out.append(c)
+            where.append(i)
+    if out and out[-1] == " ":
+        out.pop()
+        where.pop()
+    text = "".join(out)
+    if text != tok.clean_fn(caption):
+        raise ValueError("caption changes under the tokenizer's cleaning (ftfy/html/unicode); "
+                         "character offsets cannot be kept")
+    return text, where
+
+
+def _align_hf(tok, caption: str, context_length: int) -> Alignment:
+    """A Hugging Face fast tokenizer's ids with each token's character span in ``caption`` (from the tokenizer's
+    offsets in the cleaned text, mapped back); checked against ``tok(caption)``, the ids open_clip gives."""
+    text, where = _cleaned_with_map(tok, caption)
+    hf = tok.tokenizer
+    enc = hf(text, max_length=context_length, padding="max_length", truncation=True, return_offsets_mapping=True)
+    ids = list(enc["input_ids"])
+    if ids != tok([caption], context_length)[0].tolist():
+        raise ValueError("the tokenizer's ids differ from open_clip's for this caption; offsets cannot be kept")
+    pieces = [(pos, where[s], where[e - 1] + 1) for pos, (s, e) in enumerate(enc["offset_mapping"])
+              if e > s and ids[pos] not in hf.all_special_ids]
+    # a SentencePiece word-start marker on its own ("\u2581") belongs to the word it starts: the next piece's span
+    tokens = hf.convert_ids_to_tokens([ids[p] for p, _, _ in pieces])
+    for k in range(len(pieces) - 2, -1, -1):
+        if tokens[k].replace("\u2581", "") == "":
+            pieces[k] = (pieces[k][0], *pieces[k + 1][1:])
+    eos = hf.eos_token_id
+    eot_idx = ids.index(eos) if eos is not None and eos in ids else \
+        max((k for k, t in enumerate(ids) if t != hf.pad_token_id), default=0)
+    truncated = len(hf(text)["input_ids"]) > context_length
+    return Alignment(ids, eot_idx, pieces, truncated)
+
+
 def positions_for_span(al: Alignment, start: int, end: int) -> list[int]:
     return [p for p, s, e in al.pieces if s < end and e > start]
 
 
 def token_mask_rows(captions: list[dict], graphs: dict[int, list], model: str = DEFAULT_ARCH,
-                    context_length: int = 77) -> tuple[list[dict], list[dict]]:
+                    context_length: int | None = None) -> tuple[list[dict], list[dict]]:
     """``token_masks`` rows (one per caption) and ``errors`` rows (captions the tokenizer cannot align)."""
     tok = get_tokenizer(model)
     name = tokenizer_name(model)

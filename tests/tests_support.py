@@ -199,3 +199,29 @@ def build_world_tables(world: Path, out: Path) -> list[dict]:
     ground_stage(GroundingConfig(), caps, sg, world, out / "ground",
                  instances=read_instances(world, ["train", "val", "test"]))
     return caps
+
+
+def build_sentencepiece_tokenizer(path: Path, corpus: list[str], context_length: int = 16,
+                                  clean: str = "canonicalize", vocab_size: int = 300) -> str:
+    """A SigLIP-style tokenizer folder for ``local-dir:``: a SentencePiece-like Unigram model (Metaspace
+    pre-tokenizer, ``</s>`` appended, ``<pad>`` = 0) trained on ``corpus`` with the ``tokenizers`` library, saved
+    as a Hugging Face fast tokenizer, plus the open_clip_config.json naming it (open_clip reads the tokenizer from
+    the folder itself)."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.Unigram())
+    tk.pre_tokenizer = pre_tokenizers.Metaspace()
+    tk.decoder = decoders.Metaspace()
+    tk.train_from_iterator(corpus, trainers.UnigramTrainer(vocab_size=vocab_size, unk_token="<unk>",
+                                                           special_tokens=["<pad>", "</s>", "<unk>"]))
+    tk.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+    path.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(str(path))
+    cfg = {"model_cfg": {"text_cfg": {"hf_tokenizer_name": "local", "context_length": context_length,
+                                      "tokenizer_kwargs": {"clean": clean}}}}
+    (path / "open_clip_config.json").write_text(json.dumps(cfg))
+    return f"local-dir:{path}"

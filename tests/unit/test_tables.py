@@ -107,6 +107,19 @@ VIOLATIONS = {
 NOT_NULL_CHECKS = {c.name for s in TABLES.values() for c in s.checks if c.name.endswith("key_not_null")}
 
 
+def test_hf_tokenizer_rows_start_at_zero_and_end_with_their_own_token(tmp_path):
+    """A SentencePiece row (tokenizer hf:..., no start token, </s> = 1 at eot_idx): position 0 is a caption
+    word; the CLIP EOT id is not asked of it. Position -1 or one at/after eot_idx still fails."""
+    rows = clean_rows()
+    hf = dict(caption_id=2, tokenizer="hf:siglip", token_ids=[9, 14, 22, 1] + [0] * 12, eot_idx=3,
+              relation_idx=[], attribute_idx=[0], object_idx=[1, 2], unmatched=[], truncated=False)
+    rows["token_masks"].append(hf)
+    assert all(r.status == "pass" for r in run_checks(write_all(tmp_path / "ok", rows)))
+    hf.update(object_idx=[1, 3])
+    failed = {r.check for r in run_checks(write_all(tmp_path / "bad", rows)) if r.status == "fail"}
+    assert failed == {"token_masks.positions_in_caption"}
+
+
 def test_every_check_has_a_violating_fixture():
     every = {c.name for s in TABLES.values() for c in s.checks}
     assert every - NOT_NULL_CHECKS == set(VIOLATIONS)

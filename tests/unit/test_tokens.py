@@ -111,3 +111,69 @@ def test_tokenizer_without_a_builtin_config_goes_through_open_clip():
     ours = get_tokenizer("not-an-arch")
     assert type(ours) is open_clip.tokenizer.SimpleTokenizer
     assert ours(["a dog"]).tolist() == open_clip.get_tokenizer("ViT-B-32")(["a dog"]).tolist()
+
+
+# ---- Hugging Face / SentencePiece tokenizers (SigLIP), from a local folder -----------------------------------
+CORPUS = ["a small red circle left of a blue square", "the green triangle is above the yellow star",
+          "a man riding a brown horse next to the beach", "two dogs on a couch on a rug",
+          "A RED, Skateboarding kangaroo!", "red_circle and blue_square"] * 20
+
+
+@pytest.fixture(scope="module")
+def sp(tmp_path_factory):
+    from tests_support import build_sentencepiece_tokenizer
+
+    return build_sentencepiece_tokenizer(tmp_path_factory.mktemp("sp") / "tok", CORPUS, context_length=48)
+
+
+def test_hf_tokenizer_ids_are_open_clips_and_spans_cover_each_occurrence(sp):
+    import open_clip
+
+    tok = get_tokenizer(sp)
+    oc = open_clip.get_tokenizer(sp)  # what training and evaluation tokenize with
+    for cap in ("a dog on a couch on a rug", "A RED, Skateboarding kangaroo!", "  the green   triangle.",
+                "red_circle left of blue_square"):
+        al = align_caption(tok, cap)
+        assert al.token_ids == oc([cap])[0].tolist() and len(al.token_ids) == 48
+        assert al.token_ids[al.eot_idx] == tok.tokenizer.eos_token_id and not al.truncated
+        # every piece's characters, cleaned, are what the tokenizer says the token covers; a lone word-start
+        # marker takes the span of the word it starts
+        for k, (p, s, e) in enumerate(al.pieces):
+            piece = tok.tokenizer.convert_ids_to_tokens(al.token_ids[p]).replace("\u2581", "")
+            if not piece:
+                assert (s, e) == al.pieces[k + 1][1:]
+                continue
+            assert tok.clean_fn(cap[s:e]).replace(" ", "").endswith(piece), (cap, cap[s:e], piece)
+    cap = "a dog on a couch on a rug"
+    al = align_caption(tok, cap)
+    first, second = cap.index("on"), cap.index("on", cap.index("couch"))
+    p1, p2 = positions_for_span(al, first, first + 2), positions_for_span(al, second, second + 2)
+    assert p1 and p2 and set(p1).isdisjoint(p2) and max(p1) < min(p2)  # its own occurrence, not the first match
+    assert min(p for p, _, _ in al.pieces) == 0  # no start token: the first word is at position 0
+
+
+def test_hf_canonicalize_maps_punctuation_and_case_back_to_the_caption(sp):
+    tok = get_tokenizer(sp)
+    cap = "A RED, Skateboarding kangaroo!"
+    al = align_caption(tok, cap)
+    red = positions_for_span(al, cap.index("RED"), cap.index("RED") + 3)
+    kang = positions_for_span(al, cap.index("kangaroo"), cap.index("kangaroo") + 8)
+    assert red and kang and max(red) < min(kang)
+    assert all(cap[s:e].strip(",! ") for _, s, e in al.pieces)  # no piece is only punctuation
+
+
+def test_hf_truncation_counts_the_concepts_past_the_cut(sp):
+    cap = " ".join(["a small red circle left of a blue square"] * 4)
+    last = cap.rindex("square")
+    rows, errors = token_mask_rows([{"caption_id": 1, "caption": cap}],
+                                   {1: [Concept(0, "object", "square", last, last + 6),
+                                        Concept(1, "attribute", "small", 2, 7, object_id=0)]}, sp)
+    assert not errors and rows[0]["truncated"] and rows[0]["unmatched"] == ["object:square"]
+    assert rows[0]["attribute_idx"] and rows[0]["tokenizer"] == "hf:tok" and len(rows[0]["token_ids"]) == 48
+
+
+def test_hub_tokenizers_are_refused_offline_with_what_to_do():
+    for name in ("hf-hub:timm/ViT-B-16-SigLIP", "ViT-B-16-SigLIP"):
+        with pytest.raises(ValueError, match="runs offline: download that repository .* local-dir:/that/folder"):
+            get_tokenizer(name)
+    assert get_tokenizer("ViT-B-32-gelu") is not None
