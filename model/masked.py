@@ -7,6 +7,8 @@ Image: conv1 patches -> CLS prepended -> (masked patches replaced by the image m
 + positional embedding -> ln_pre -> transformer -> ln_post and proj on *all* tokens (the reference projects the
 patch tokens too). Masks are boolean with True = masked; image masks have no CLS slot.
 With nothing masked both functions return exactly what ``clip.encode_text`` / ``clip.encode_image`` return.
+SigLIP towers (a timm trunk pooled by MAP, a bidirectional text tower) go to ``model.siglip`` from the same four
+entry points; the masked SigLIP text copy runs at full length (no causal mask: nothing can be trimmed).
 Pairs for training: the image copies run as one 2B batch sharing the patch embedding (``encode_image_pair``);
 the masked text copy is encoded only up to the last position read from it (``encode_text_pair``); and each masked
 copy's last block can be run only at the tokens the step reads from it: its CLS/EOT and the masked positions the
@@ -18,7 +20,26 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .siglip import encode_siglip_image, encode_siglip_text, is_siglip_text, is_siglip_visual, siglip_pair_image
 from .slots import take
+
+
+def tower_shapes(clip: nn.Module) -> dict[str, int]:
+    """What the training parts are sized by: the text token width and vocabulary, the patch-embedding width,
+    the patch grid and size, and the joint embedding width — for CLIP and SigLIP towers alike."""
+    visual = clip.visual
+    if is_siglip_visual(visual):
+        pe = visual.trunk.patch_embed
+        image_width, grid, patch = pe.proj.out_channels, pe.grid_size[0], pe.patch_size[0]
+    else:
+        image_width = visual.conv1.out_channels
+        grid = visual.grid_size[0] if isinstance(visual.grid_size, (tuple, list)) else visual.grid_size
+        patch = visual.patch_size[0] if isinstance(visual.patch_size, (tuple, list)) else visual.patch_size
+    text = clip.text if is_siglip_text(clip) else clip
+    proj = text.text_projection
+    embed = proj.out_features if isinstance(proj, nn.Linear) else proj.shape[1]
+    return {"text_width": text.token_embedding.embedding_dim, "vocab": text.token_embedding.num_embeddings,
+            "image_width": image_width, "grid": grid, "patch": patch, "embed": embed}
 
 
 def _check_vision(visual: nn.Module) -> None:
@@ -71,6 +92,8 @@ def _encode_embedded_text(clip: nn.Module, x: torch.Tensor, text: torch.Tensor,
 def encode_text_tokens(clip: nn.Module, text: torch.Tensor, mask: torch.Tensor | None = None,
                        mask_token: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(all-token features [B, L, E], global EOT feature [B, E]), unnormalised."""
+    if is_siglip_text(clip):
+        return encode_siglip_text(clip, text, mask, mask_token)
     _check_text(clip)
     x = _embed_text(clip, text)
     if mask is not None:
@@ -107,8 +130,11 @@ def encode_text_pair(clip: nn.Module, text: torch.Tensor, mask: torch.Tensor, ma
     under the causal mask nothing there depends on a later position, so the features are the ones the
     full-length pass gives (captions are ~15 of 77 tokens). ``queries`` [B, M] (positions, e.g.
     ``model.slots.query_slots`` of the mask): the masked copy's tokens come back only there, [B, M, E], and its
-    last block runs only at them and its EOT.
+    last block runs only at them and its EOT. SigLIP: both copies at full length (``masked_length`` unused).
     """
+    if is_siglip_text(clip):
+        full, (tokens, glob) = encode_siglip_text(clip, text), encode_siglip_text(clip, text, mask, mask_token)
+        return full, (take(tokens, queries) if queries is not None else tokens, glob)
     _check_text(clip)
     x = _embed_text(clip, text)  # once for both copies (one dense embedding gradient, not two)
     n = masked_length
@@ -147,7 +173,10 @@ def _encode_patches(visual: nn.Module, x: torch.Tensor, mask: torch.Tensor | Non
 
 def encode_image_tokens(visual: nn.Module, images: torch.Tensor, mask: torch.Tensor | None = None,
                         mask_token: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(CLS feature [B, E], patch features [B, N, E]), both after ln_post and proj, unnormalised."""
+    """(CLS feature [B, E], patch features [B, N, E]), both after ln_post and proj, unnormalised (SigLIP: the MAP
+    global and the patch tokens)."""
+    if is_siglip_visual(visual):
+        return encode_siglip_image(visual, images, mask, mask_token)
     return _encode_patches(visual, _patch_embed(visual, images), mask, mask_token)
 
 
@@ -196,6 +225,9 @@ def encode_image_pair(visual: nn.Module, images: torch.Tensor, mask: torch.Tenso
     a key and value; needs ``plain_last_block`` and no patch dropout, else the full output is gathered). The
     training step reads nothing else of the masked copy.
     """
+    if is_siglip_visual(visual):
+        full, (glob, patches) = siglip_pair_image(visual, images, mask, mask_token)
+        return full, (glob, take(patches, queries) if queries is not None else patches)
     x = _patch_embed(visual, images)
     B = x.shape[0]
     h = _tokens_in(visual, torch.cat([x, _put_mask_token(x, mask, mask_token)]), None, None)

@@ -110,3 +110,18 @@ def encode_siglip_text(clip: nn.Module, text: torch.Tensor, mask: torch.Tensor |
     if proj is not None:
         x, pooled = (proj(x), proj(pooled)) if isinstance(proj, nn.Linear) else (x @ proj, pooled @ proj)
     return x, pooled
+
+
+def is_siglip(clip: nn.Module) -> bool:
+    """Both towers SigLIP's (the sigmoid objective and ``model.siglip``'s masked encoding apply)."""
+    return is_siglip_visual(clip.visual) and is_siglip_text(clip)
+
+
+def siglip_pair_image(visual: nn.Module, images: torch.Tensor, mask: torch.Tensor, mask_token: torch.Tensor
+                      ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """((full global, full patches), (masked global, masked patches)): both copies through the trunk as one 2B
+    batch, the patch embedding computed once."""
+    x = siglip_patch_embed(visual, images)
+    B = x.shape[0]
+    glob, tokens = siglip_image_from_embeddings(visual, torch.cat([x, _put(x, mask, mask_token)]))
+    return (glob[:B], tokens[:B]), (glob[B:], tokens[B:])

@@ -17,10 +17,11 @@ from torch import nn
 from data_schemas.config import check_choices
 
 from .losses import (LossWeights, contrast_loss, image_reconstruction_loss, intra_modal_contrast_loss, intra_modal_loss,
-                     text_reconstruction_loss, total_loss)
+                     sigmoid_contrast_loss, sigmoid_intra_modal_loss, text_reconstruction_loss, total_loss)
 from .masked import (encode_image_pair, encode_image_tokens, encode_text_pair, encode_text_tokens,
-                     supports_trimmed_text)
+                     supports_trimmed_text, tower_shapes)
 from .predictors import ImagePredictor, TextPredictor
+from .siglip import is_siglip
 
 Mode = Literal["macco", "clip-ft", "text-only", "image-only"]
 MODES = get_args(Mode)
@@ -53,11 +54,6 @@ class MaccoConfig:
         return self.mode in ("macco", "image-only")
 
 
-def _embed_dim(clip: nn.Module) -> int:
-    proj = clip.text_projection
-    return proj.out_features if isinstance(proj, nn.Linear) else proj.shape[1]
-
-
 def predictor_heads(width: int) -> int:
     """The reference's 8 heads for the paper backbones (joint width 512 or 768: heads of 64 or 96 channels);
     narrower (tiny) models keep heads of 32 channels, as their towers do, instead of splitting into 8 heads of
@@ -70,21 +66,19 @@ class MaccoTask(nn.Module):
         super().__init__()
         self.clip = clip
         self.cfg = cfg
-        visual = clip.visual
-        grid = visual.grid_size[0] if isinstance(visual.grid_size, (tuple, list)) else visual.grid_size
-        self.patch_size = visual.patch_size[0] if isinstance(visual.patch_size, (tuple, list)) else visual.patch_size
-        self.grid = grid
-        width = _embed_dim(clip)
+        shapes = tower_shapes(clip)
+        self.patch_size, self.grid = shapes["patch"], shapes["grid"]
+        self.sigmoid = is_siglip(clip)  # SigLIP: the sigmoid form of MCA and MIR, with the model's logit bias
+        width = shapes["embed"]
         heads = cfg.heads or predictor_heads(width)
         if width % heads:
             raise ValueError(f"predictor heads {heads} do not divide the embedding width {width}")
-        self.text_mask_token = nn.Parameter(torch.randn(clip.token_embedding.embedding_dim) * 0.02)
-        self.img_mask_token = nn.Parameter(torch.randn(visual.conv1.out_channels) * 0.02)
+        self.text_mask_token = nn.Parameter(torch.randn(shapes["text_width"]) * 0.02)
+        self.img_mask_token = nn.Parameter(torch.randn(shapes["image_width"]) * 0.02)
         t_layers = cfg.text_cross_layers or (4 if large_backbone else 2)
         i_layers = cfg.image_cross_layers or (6 if large_backbone else 3)
-        self.text_predictor = TextPredictor(width, heads, t_layers, cfg.text_self_layers,
-                                            clip.token_embedding.num_embeddings)
-        self.image_predictor = ImagePredictor(width, heads, grid, self.patch_size, i_layers, cfg.image_self_layers)
+        self.text_predictor = TextPredictor(width, heads, t_layers, cfg.text_self_layers, shapes["vocab"])
+        self.image_predictor = ImagePredictor(width, heads, self.grid, self.patch_size, i_layers, cfg.image_self_layers)
         self.rank, self.world_size = 0, 1
 
     # ---- DDP: every term's value and gradient are those of one process on the global batch -----------------
@@ -127,6 +121,11 @@ class MaccoTask(nn.Module):
         sizes = torch.stack([text_len, text_mask.sum(dim=1).amax(), image_mask.sum(dim=1).amax()])
         return sizes.tolist()
 
+    def _intra(self, full: torch.Tensor, masked: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        if self.sigmoid:
+            return sigmoid_intra_modal_loss(full, masked, scale, self.clip.logit_bias)
+        return intra_modal_loss(full, masked, scale)
+
     def forward(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor,
                 image_mask: torch.Tensor, hard_texts: torch.Tensor | None = None,
                 stats: bool = True, sizes: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
@@ -137,6 +136,8 @@ class MaccoTask(nn.Module):
         scale = clip.logit_scale.exp()
         text_len, text_count, image_count = sizes if sizes is not None else self.step_sizes(texts, text_mask,
                                                                                             image_mask)
+        if self.sigmoid:  # a bidirectional text tower: every position of the masked copy depends on every other
+            text_len = texts.shape[1]
         tp, ip = self.text_predictor, self.image_predictor
         # cross-attention-only predictors read the masked copies at their masked positions only (query slots):
         # the copies' last blocks run only there; self-attention predictor layers read every position (no slots)
@@ -177,16 +178,17 @@ class MaccoTask(nn.Module):
                 if cfg.mca:
                     txts.append(T_m)
                 if cfg.mir:
-                    intra.append(intra_modal_loss(T, T_m, scale))
+                    intra.append(self._intra(T, T_m, scale))
             if I_m is not None:
                 if cfg.mca:
                     imgs.append(I_m)
                 if cfg.mir:
-                    intra.append(intra_modal_loss(I, I_m, scale))
+                    intra.append(self._intra(I, I_m, scale))
         hard = None
         if cfg.hardneg and hard_texts is not None:
             hard, = self._gather(F.normalize(clip.encode_text(hard_texts), dim=-1))
-        out["contrast_loss"] = contrast_loss(imgs, txts, scale, hard)
+        out["contrast_loss"] = sigmoid_contrast_loss(imgs, txts, scale, clip.logit_bias, hard) if self.sigmoid \
+            else contrast_loss(imgs, txts, scale, hard)
         if intra:
             out["intra_modal_contrast_loss"] = intra_modal_contrast_loss(intra)
         if cfg.masks_text:

@@ -25,6 +25,7 @@ import torch
 
 from .losses import LossWeights
 from .runlog import RunLog, SkipCount, TooManySkipped, format_log_row, progress_printer  # noqa: F401 (API)
+from .masked import tower_shapes
 from .task import MaccoConfig, MaccoTask
 from .train_config import TrainConfig, load_config  # noqa: F401 (API)
 
@@ -167,9 +168,8 @@ def setup(cfg: TrainConfig) -> TrainState:
         scenes, vocab = scene_targets(scenes_path(cfg))
     task = build_task(cfg, vocab).to(device)
     task.rank, task.world_size = rank, world
-    visual = task.clip.visual
-    patch = visual.patch_size[0] if isinstance(visual.patch_size, (tuple, list)) else visual.patch_size
-    grid = visual.grid_size[0] if isinstance(visual.grid_size, (tuple, list)) else visual.grid_size
+    shapes = tower_shapes(task.clip)
+    patch, grid = shapes["patch"], shapes["grid"]
     samples, counts = build_samples({k: Path(v) for k, v in cfg.tables.items()}, cfg.split,
                                     hard_negatives=cfg.hardneg, seed=cfg.seed)
     check_masks(task, samples, counts, cfg)

@@ -100,10 +100,18 @@ def test_clip_towers_are_refused(siglip):
         encode_siglip_image(clip.visual, torch.randn(1, 3, 32, 32))
     with pytest.raises(ValueError, match="bidirectional TextTransformer"):
         encode_siglip_text(clip, torch.randint(1, 100, (1, 77)))
-    from model.masked import encode_image_tokens
+    import timm
 
-    with pytest.raises(ValueError, match="class-token pooling"):
-        encode_image_tokens(siglip.visual, torch.randn(1, 3, 32, 32))
+    from model.masked import encode_image_tokens, encode_text_tokens
+
+    images, text = torch.randn(1, 3, 32, 32), torch.randint(1, 1000, (1, 16))
+    with torch.no_grad():  # the generic entry points send SigLIP towers to model.siglip
+        assert torch.equal(encode_image_tokens(siglip.visual, images)[0], siglip.encode_image(images))
+        assert torch.equal(encode_text_tokens(siglip, text)[1], siglip.encode_text(text))
+    other = torch.nn.Module()
+    other.trunk = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, depth=1)
+    with pytest.raises(ValueError, match="class-token pooling"):  # a timm trunk with a class token: neither
+        encode_image_tokens(other, torch.randn(1, 3, 224, 224))
 
 
 # ---- the sigmoid form of MCA and MIR --------------------------------------------------------------------------
@@ -157,3 +165,56 @@ def test_sigmoid_mca_and_mir_match_the_pairwise_reference_with_gradients():
     toward = torch.nn.functional.normalize(Im + T, dim=-1).detach()
     closer = sigmoid_contrast_loss([I, toward], [T, Tm], torch.tensor(scale), torch.tensor(bias))
     assert closer > sigmoid_contrast_loss([I, Im], [T, Tm], torch.tensor(scale), torch.tensor(bias))
+
+
+# ---- the training task on SigLIP towers ------------------------------------------------------------------------
+def _siglip_batch():
+    torch.manual_seed(5)
+    images, texts = torch.randn(3, 3, 32, 32), torch.randint(3, 1000, (3, 16))
+    tm = torch.zeros(3, 16, dtype=torch.bool)
+    tm[0, [1, 2]] = tm[1, 4] = True
+    im = torch.zeros(3, 16, dtype=torch.bool)
+    im[0, :3] = im[2, 7] = True
+    return images, texts, tm, im
+
+
+@pytest.mark.parametrize("mode,mca,mir", [("macco", True, True), ("clip-ft", True, True), ("text-only", True, True),
+                                          ("image-only", True, True), ("macco", False, True), ("macco", True, False)])
+def test_macco_task_on_siglip_uses_the_sigmoid_terms(siglip, mode, mca, mir):
+    """MaccoTask on macco-siglip-tiny: the contrastive and MIR terms are the sigmoid ones on the towers' own
+    (masked) globals, the reconstruction terms are there by mode, and every trainable part gets a gradient."""
+    from model.losses import LossWeights, sigmoid_contrast_loss, sigmoid_intra_modal_loss
+    from model.masked import encode_image_tokens, encode_text_tokens
+    from model.task import MaccoConfig, MaccoTask
+
+    task = MaccoTask(siglip, MaccoConfig(mode=mode, mca=mca, mir=mir))
+    assert task.sigmoid and task.grid == 4 and task.patch_size == 8
+    images, texts, tm, im = _siglip_batch()
+    out = task(images, texts, tm, im)
+    scale, bias = siglip.logit_scale.exp(), siglip.logit_bias
+    norm = torch.nn.functional.normalize
+    I, T = norm(encode_image_tokens(siglip.visual, images)[0], dim=-1), norm(encode_text_tokens(siglip, texts)[1], dim=-1)
+    imgs, txts, intra = [I], [T], []
+    if task.cfg.masks_text:
+        T_m = norm(encode_text_tokens(siglip, texts, tm, task.text_mask_token)[1], dim=-1)
+        txts += [T_m] if mca else []
+        intra += [sigmoid_intra_modal_loss(T, T_m, scale, bias)] if mir else []
+    if task.cfg.masks_image:
+        I_m = norm(encode_image_tokens(siglip.visual, images, im, task.img_mask_token)[0], dim=-1)
+        imgs += [I_m] if mca else []
+        intra += [sigmoid_intra_modal_loss(I, I_m, scale, bias)] if mir else []
+    assert torch.allclose(out["contrast_loss"], sigmoid_contrast_loss(imgs, txts, scale, bias), atol=1e-5)
+    if intra:
+        assert torch.allclose(out["intra_modal_contrast_loss"], sum(intra) / len(intra), atol=1e-5)
+    else:
+        assert "intra_modal_contrast_loss" not in out
+    assert ("text_reconstruction_loss" in out) == task.cfg.masks_text
+    assert ("image_reconstruction_loss" in out) == task.cfg.masks_image
+    task.zero_grad()
+    out["total_loss"].backward()
+    assert siglip.logit_bias.grad is not None and siglip.text.token_embedding.weight.grad.abs().sum() > 0
+    if task.cfg.masks_text:
+        assert task.text_mask_token.grad.abs().sum() > 0
+    if task.cfg.masks_image:
+        assert task.img_mask_token.grad.abs().sum() > 0
+    siglip.zero_grad()
