@@ -26,6 +26,20 @@ def register_model_configs() -> None:
     _registered = True
 
 
+def create_clip(arch: str, pretrained: str | None = None, **kw):
+    """``open_clip.create_model(arch, pretrained=...)``; for a ``local-dir:`` folder, whose loader ignores
+    ``pretrained`` (it reads the folder's own weights), the file's weights are loaded afterwards — a fine-tune
+    of a SigLIP folder starts from its base's export, not from the folder."""
+    import open_clip
+
+    if not arch.startswith("local-dir:"):
+        return open_clip.create_model(arch, pretrained=pretrained, **kw)
+    model = open_clip.create_model(arch, **kw)
+    if pretrained:
+        open_clip.load_checkpoint(model, pretrained)
+    return model
+
+
 def resolve_arch(name: str, pretrained: str | None = None) -> str:
     """The open_clip architecture to build for ``name``.
 

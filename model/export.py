@@ -17,6 +17,9 @@ import torch
 from torch import nn
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+
+
 def file_sha256(path: str | Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -36,20 +39,30 @@ def export_clip(clip: nn.Module, arch: str, out_dir: str | Path, preprocess_cfg:
     from . import register_model_configs
 
     register_model_configs()
-    model_cfg = open_clip.get_model_config(arch)
+    source = Path(arch.removeprefix("local-dir:")) if arch.startswith("local-dir:") else None
+    model_cfg = json.loads((source / "open_clip_config.json").read_text())["model_cfg"] if source else \
+        open_clip.get_model_config(arch)
     if model_cfg is None:
         raise ValueError(f"unknown open_clip architecture {arch!r}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if source is not None:  # a local-dir folder (SigLIP): its tokenizer files go along, not its weights
+        import shutil
+
+        for f in sorted(source.iterdir()):
+            if f.is_file() and f.name != "open_clip_config.json" and f.suffix not in WEIGHT_SUFFIXES:
+                shutil.copyfile(f, out_dir / f.name)
+                apply_umask(out_dir / f.name)
     state = {k: v.detach().cpu().contiguous() for k, v in clip.state_dict().items()}
     bad = [k for k in state if "predictor" in k or "mask_token" in k]
     if bad:
         raise ValueError(f"export would contain training-only keys: {bad[:5]}")
     visual = clip.visual
     size = visual.image_size[0] if isinstance(visual.image_size, (tuple, list)) else visual.image_size
-    pp = {"size": size, "mode": "RGB", "mean": list(open_clip.OPENAI_DATASET_MEAN),
-          "std": list(open_clip.OPENAI_DATASET_STD), "interpolation": "bicubic", "resize_mode": "shortest",
-          **(preprocess_cfg or {})}
+    own = getattr(visual, "preprocess_cfg", None) or {}  # the model's normalisation (SigLIP: 0.5)
+    pp = {"size": size, "mode": "RGB", "mean": list(own.get("mean", open_clip.OPENAI_DATASET_MEAN)),
+          "std": list(own.get("std", open_clip.OPENAI_DATASET_STD)), "interpolation": "bicubic",
+          "resize_mode": "shortest", **(preprocess_cfg or {})}
     weights = out_dir / "open_clip_model.safetensors"
     tmp = weights.with_suffix(".tmp")
     save_file(state, str(tmp))

@@ -89,11 +89,11 @@ def build_task(cfg: TrainConfig, vocab=None):
     the scene vocabulary ``vocab``). ``lock_image`` freezes the image tower."""
     import open_clip
 
-    from . import register_model_configs, resolve_arch
+    from . import create_clip, register_model_configs, resolve_arch
 
     register_model_configs()
     arch = resolve_arch(cfg.arch, cfg.pretrained)
-    clip = open_clip.create_model(arch, pretrained=cfg.pretrained)
+    clip = create_clip(arch, cfg.pretrained)
     if cfg.mode == "scene":
         from .scene import SceneTask
 
@@ -173,9 +173,12 @@ def setup(cfg: TrainConfig) -> TrainState:
     samples, counts = build_samples({k: Path(v) for k, v in cfg.tables.items()}, cfg.split,
                                     hard_negatives=cfg.hardneg, seed=cfg.seed)
     check_masks(task, samples, counts, cfg)
+    pp = getattr(task.clip.visual, "preprocess_cfg", None) or {}  # the model's normalisation (SigLIP: 0.5)
     dcfg = DataConfig(image_root=cfg.image_root, split=cfg.split, crop_scale=cfg.crop_scale, rect_prob=cfg.rect_prob,
-                      rect_ratio=cfg.rect_ratio)
-    tokenizer = open_clip.get_tokenizer("ViT-B-32") if cfg.hardneg else None
+                      rect_ratio=cfg.rect_ratio, **{k: tuple(pp[k]) for k in ("mean", "std") if k in pp})
+    # the hard negatives in the model's own tokenizer (every CLIP arch: the BPE the tables use; a local-dir
+    # SigLIP folder: its SentencePiece)
+    tokenizer = open_clip.get_tokenizer(resolve_export_arch(cfg)) if cfg.hardneg else None
     dataset = MaccoDataset(samples, dcfg, Geometry(grid * patch, patch), seed=cfg.seed, tokenizer=tokenizer,
                            scenes=scenes)
     if cfg.batch_size % cfg.accum_steps:

@@ -184,9 +184,10 @@ def run_flow_states(config: Path, **kw):
 
 
 
-def build_world_tables(world: Path, out: Path) -> list[dict]:
-    """A world's training tables under ``out``: captions -> parse (spaCy rules) -> ground (the world's
-    annotations, into ``out/ground``), as the flow builds them; returns the caption rows."""
+def build_world_tables(world: Path, out: Path, clip_model: str | None = None) -> list[dict]:
+    """A world's training tables under ``out``: captions -> parse (spaCy rules; token masks in ``clip_model``'s
+    tokenizer, default the CLIP BPE) -> ground (the world's annotations, into ``out/ground``), as the flow builds
+    them; returns the caption rows."""
     from data_schemas import TABLES, read_table
     from pipeline.grounding.base import GroundingConfig
     from pipeline.stages import (CaptionsConfig, ParseConfig, captions_stage, ground_stage, parse_stage,
@@ -194,7 +195,7 @@ def build_world_tables(world: Path, out: Path) -> list[dict]:
 
     captions_stage(CaptionsConfig(root=str(world)), out)
     caps = read_caption_input(out / "captions")
-    parse_stage(ParseConfig(), caps, out)
+    parse_stage(ParseConfig(**({"clip_model": clip_model} if clip_model else {})), caps, out)
     sg = read_table(TABLES["scene_graphs"], out / "scene_graphs").to_pylist()
     ground_stage(GroundingConfig(), caps, sg, world, out / "ground",
                  instances=read_instances(world, ["train", "val", "test"]))
@@ -202,26 +203,29 @@ def build_world_tables(world: Path, out: Path) -> list[dict]:
 
 
 def build_sentencepiece_tokenizer(path: Path, corpus: list[str], context_length: int = 16,
-                                  clean: str = "canonicalize", vocab_size: int = 300) -> str:
-    """A SigLIP-style tokenizer folder for ``local-dir:``: a SentencePiece-like Unigram model (Metaspace
-    pre-tokenizer, ``</s>`` appended, ``<pad>`` = 0) trained on ``corpus`` with the ``tokenizers`` library, saved
+                                  clean: str = "canonicalize", vocab_size: int = 300,
+                                  model_cfg: dict | None = None) -> str:
+    """A SigLIP-style tokenizer folder for ``local-dir:``: a SentencePiece-style BPE model (Metaspace word-start
+    markers, ``</s>`` appended, ``<pad>`` = 0) trained on ``corpus`` with the ``tokenizers`` library, saved
     as a Hugging Face fast tokenizer, plus the open_clip_config.json naming it (open_clip reads the tokenizer from
-    the folder itself)."""
+    the folder itself). ``model_cfg``: a whole architecture (e.g. macco-siglip-tiny's) for the folder, which then
+    is a model open_clip builds (``local-dir:`` without weights: random initialisation)."""
     import json
 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    tk = Tokenizer(models.Unigram())
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
     tk.pre_tokenizer = pre_tokenizers.Metaspace()
     tk.decoder = decoders.Metaspace()
-    tk.train_from_iterator(corpus, trainers.UnigramTrainer(vocab_size=vocab_size, unk_token="<unk>",
-                                                           special_tokens=["<pad>", "</s>", "<unk>"]))
+    tk.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=vocab_size,
+                                                       special_tokens=["<pad>", "</s>", "<unk>"]))
     tk.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
     path.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(str(path))
-    cfg = {"model_cfg": {"text_cfg": {"hf_tokenizer_name": "local", "context_length": context_length,
-                                      "tokenizer_kwargs": {"clean": clean}}}}
+    cfg = {"model_cfg": dict(model_cfg or {})}
+    cfg["model_cfg"]["text_cfg"] = {**cfg["model_cfg"].get("text_cfg", {}), "hf_tokenizer_name": "local",
+                                    "context_length": context_length, "tokenizer_kwargs": {"clean": clean}}
     (path / "open_clip_config.json").write_text(json.dumps(cfg))
     return f"local-dir:{path}"

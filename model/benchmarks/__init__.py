@@ -106,6 +106,9 @@ def load_encoder(cfg: EvalConfig) -> tuple[Encoder, str, str]:
         model, _, preprocess = open_clip.create_model_and_transforms(cfg.model, device=cfg.device, **kw)
         tokenizer = open_clip.get_tokenizer(cfg.model)
         weights = next(iter(sorted(Path(cfg.model[len("local-dir:"):]).glob("*.safetensors"))), None)
+        if cfg.checkpoint:  # the folder's loader reads its own weights and ignores a file: load the file's
+            open_clip.load_checkpoint(model, cfg.checkpoint, device=cfg.device)
+            weights = Path(cfg.checkpoint)
         sha = sha256_file(weights) if weights else ""
     else:
         # auto: resolve_arch's choice; forced: the plain architecture with quick_gelu overridden

@@ -163,7 +163,7 @@ def test_hf_canonicalize_maps_punctuation_and_case_back_to_the_caption(sp):
 
 
 def test_hf_truncation_counts_the_concepts_past_the_cut(sp):
-    cap = " ".join(["a small red circle left of a blue square"] * 4)
+    cap = " ".join(["a small red circle left of a blue square"] * 8)
     last = cap.rindex("square")
     rows, errors = token_mask_rows([{"caption_id": 1, "caption": cap}],
                                    {1: [Concept(0, "object", "square", last, last + 6),
