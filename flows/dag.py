@@ -78,6 +78,19 @@ def stage_key(stage: Stage, manifests: dict[str, dict], cfg: dict) -> str:
                   code_version(*stage.code(section)), *extra)
 
 
+def folder_key(model: str) -> list:
+    """A ``local-dir:`` model folder's content (each file's name and sha256: the tokenizer, the config, the
+    weights) as key parts; nothing for an architecture name (its code is in the code version)."""
+    if not model.startswith("local-dir:"):
+        return []
+    from model.export import file_sha256
+
+    folder = Path(model.removeprefix("local-dir:"))
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: the local-dir model folder does not exist")
+    return [[(f.name, file_sha256(f)) for f in sorted(folder.iterdir()) if f.is_file()]]
+
+
 def _logger():
     from prefect import get_run_logger
 
@@ -227,11 +240,13 @@ def _preprocessing() -> tuple[Stage, ...]:
     return (
         Stage("world", (), "world", _code(*WORLD_CODE), _world),
         Stage("captions", ("source",), "data", _code(*CAPTIONS_CODE), _captions),
-        Stage("parse", ("captions",), "parse", _code(*PARSE_CODE), _parse, _parse_shards, _parse_shard),
+        Stage("parse", ("captions",), "parse", _code(*PARSE_CODE), _parse, _parse_shards, _parse_shard,
+              extra_key=lambda section: folder_key(section["clip_model"])),  # a local-dir tokenizer's files
         # source: the images and instance annotations the grounders read (the captions hash covers neither)
         Stage("ground", ("captions", "parse", "source"), "ground", _ground_code, _ground, _ground_shards,
               _ground_shard, extra_key=_weights_key),
-        Stage("masks", ("ground", "captions"), "masks", _code(*MASKS_CODE), _masks),
+        Stage("masks", ("ground", "captions"), "masks", _code(*MASKS_CODE), _masks,
+              extra_key=lambda section: [k for m in section["models"] for k in folder_key(m)]),
     )
 
 

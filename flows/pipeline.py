@@ -18,7 +18,7 @@ from prefect import flow, get_run_logger, unmapped
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from flows.config import STAGES, base_sections, key_of, load_config
-from flows.dag import BY_NAME, PREPROCESSING, Stage, read_stage, stage_done, stage_key
+from flows.dag import BY_NAME, PREPROCESSING, Stage, folder_key, read_stage, stage_done, stage_key
 from flows.tasks import evaluate_task, report_task, shard_task, stage_task, train_task, validate_task
 
 
@@ -200,7 +200,7 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
         k = key_of("train", {a: b for a, b in s.items()
                              if a not in ("tables", "image_root", "pretrained", "resume", "save_every")},
                    table_hashes, init["content_hash"] if init else s.get("pretrained"), model_code, root_hash,
-                   file_sha256(s["scenes"]) if s.get("scenes") else None)
+                   file_sha256(s["scenes"]) if s.get("scenes") else None, *folder_key(s["arch"]))
         return s, k
 
     runs: dict[str, list[dict]] = {}

@@ -350,23 +350,14 @@ def term_gradient_norms(task, batch: dict) -> dict[str, dict[str, float]]:
 
 def held_out_batch(task, train_cfg, tables: dict, split: str = "val", size: int = 128) -> dict | None:
     """One batch of held-out ``split`` pairs built as training builds them (masks, crops, hard negatives)."""
-    from data_schemas.geometry import Geometry
-
-    from .data import DataConfig, MaccoDataset, build_samples, collate
+    from .data import build_samples, collate
+    from .train import training_dataset
 
     samples, _ = build_samples({k: Path(v) for k, v in tables.items()}, split, hard_negatives=train_cfg.hardneg,
                                seed=train_cfg.seed)
     if not samples:
         return None
-    tokenizer = None
-    if train_cfg.hardneg:
-        import open_clip
-
-        tokenizer = open_clip.get_tokenizer("ViT-B-32")
-    geo = Geometry(task.grid * task.patch_size, task.patch_size)
-    dcfg = DataConfig(image_root=train_cfg.image_root, split=split, crop_scale=train_cfg.crop_scale,
-                      rect_prob=train_cfg.rect_prob, rect_ratio=train_cfg.rect_ratio)
-    ds = MaccoDataset(samples, dcfg, geo, seed=train_cfg.seed, tokenizer=tokenizer)
+    ds = training_dataset(task, train_cfg, samples, split)
     batch = collate([ds[(0, i)] for i in range(min(size, len(samples)))])
     batch.pop("skipped")
     return batch if "image" in batch else None

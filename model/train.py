@@ -87,8 +87,6 @@ def scenes_path(cfg: TrainConfig) -> Path:
 def build_task(cfg: TrainConfig, vocab=None):
     """The training task: ``MaccoTask`` (macco, clip-ft and the ablations) or ``SceneTask`` (mode scene, with
     the scene vocabulary ``vocab``). ``lock_image`` freezes the image tower."""
-    import open_clip
-
     from . import create_clip, register_model_configs, resolve_arch
 
     register_model_configs()
@@ -140,12 +138,9 @@ class TrainState:
 
 def setup(cfg: TrainConfig) -> TrainState:
     """Process group, device, seeds, task, data, optimiser and schedule, then the checkpoint to resume from."""
-    import open_clip
     from torch.utils.data import DataLoader
 
-    from data_schemas.geometry import Geometry
-
-    from .data import DataConfig, EpochBatchSampler, MaccoDataset, build_samples, collate, image_groups
+    from .data import EpochBatchSampler, build_samples, collate, image_groups
     from .optim import make_optimizer, warmup_cosine
 
     rank, world, local_rank = _dist_env()
@@ -168,19 +163,10 @@ def setup(cfg: TrainConfig) -> TrainState:
         scenes, vocab = scene_targets(scenes_path(cfg))
     task = build_task(cfg, vocab).to(device)
     task.rank, task.world_size = rank, world
-    shapes = tower_shapes(task.clip)
-    patch, grid = shapes["patch"], shapes["grid"]
     samples, counts = build_samples({k: Path(v) for k, v in cfg.tables.items()}, cfg.split,
                                     hard_negatives=cfg.hardneg, seed=cfg.seed)
     check_masks(task, samples, counts, cfg)
-    pp = getattr(task.clip.visual, "preprocess_cfg", None) or {}  # the model's normalisation (SigLIP: 0.5)
-    dcfg = DataConfig(image_root=cfg.image_root, split=cfg.split, crop_scale=cfg.crop_scale, rect_prob=cfg.rect_prob,
-                      rect_ratio=cfg.rect_ratio, **{k: tuple(pp[k]) for k in ("mean", "std") if k in pp})
-    # the hard negatives in the model's own tokenizer (every CLIP arch: the BPE the tables use; a local-dir
-    # SigLIP folder: its SentencePiece)
-    tokenizer = open_clip.get_tokenizer(resolve_export_arch(cfg)) if cfg.hardneg else None
-    dataset = MaccoDataset(samples, dcfg, Geometry(grid * patch, patch), seed=cfg.seed, tokenizer=tokenizer,
-                           scenes=scenes)
+    dataset = training_dataset(task, cfg, samples, cfg.split, scenes)
     if cfg.batch_size % cfg.accum_steps:
         raise ValueError(f"batch_size {cfg.batch_size} is not divisible by accum_steps {cfg.accum_steps}")
     groups = image_groups(samples) if cfg.captions_per_image == "1" else None
@@ -211,6 +197,25 @@ def setup(cfg: TrainConfig) -> TrainState:
     state.loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=cfg.workers,
                               pin_memory=device.type == "cuda", persistent_workers=False)
     return state
+
+
+def training_dataset(task, cfg: TrainConfig, samples: list, split: str, scenes=None):
+    """The ``MaccoDataset`` of ``samples`` as training reads them: the model's patch grid and normalisation
+    (``preprocess_cfg``: OpenAI's for CLIP, 0.5 for SigLIP), the hard negatives in the model's own tokenizer
+    (every CLIP arch: the BPE of the tables; a local-dir SigLIP folder: its SentencePiece)."""
+    import open_clip
+
+    from data_schemas.geometry import Geometry
+
+    from .data import DataConfig, MaccoDataset
+
+    shapes = tower_shapes(task.clip)
+    pp = getattr(task.clip.visual, "preprocess_cfg", None) or {}
+    dcfg = DataConfig(image_root=cfg.image_root, split=split, crop_scale=cfg.crop_scale, rect_prob=cfg.rect_prob,
+                      rect_ratio=cfg.rect_ratio, **{k: tuple(pp[k]) for k in ("mean", "std") if k in pp})
+    tokenizer = open_clip.get_tokenizer(resolve_export_arch(cfg)) if cfg.hardneg else None
+    return MaccoDataset(samples, dcfg, Geometry(shapes["grid"] * shapes["patch"], shapes["patch"]), seed=cfg.seed,
+                        tokenizer=tokenizer, scenes=scenes)
 
 
 def save(state: TrainState, step: int) -> Path:

@@ -13,6 +13,7 @@ string match), and a concept whose pieces fall past the cut is listed in ``unmat
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -20,6 +21,7 @@ from data_schemas.errors import error_row
 from data_schemas.geometry import DEFAULT_ARCH
 
 STAGE = "parse"
+_HF_LOCK = threading.Lock()
 
 
 # the repo's tiny architectures (model/configs) use the OpenAI CLIP BPE tokenizer, like ViT-B-32
@@ -205,9 +207,15 @@ def _align_hf(tok, caption: str, context_length: int) -> Alignment:
     offsets in the cleaned text, mapped back); checked against ``tok(caption)``, the ids open_clip gives."""
     text, where = _cleaned_with_map(tok, caption)
     hf = tok.tokenizer
-    enc = hf(text, max_length=context_length, padding="max_length", truncation=True, return_offsets_mapping=True)
+    # a fast tokenizer sets its padding/truncation state on every call: two threads (the flow maps parse shards
+    # over a thread pool) using the one cached instance fail with "Already borrowed"
+    with _HF_LOCK:
+        enc = hf(text, max_length=context_length, padding="max_length", truncation=True,
+                 return_offsets_mapping=True)
+        expected = tok([caption], context_length)[0].tolist()
+        full_length = len(hf(text)["input_ids"])
     ids = list(enc["input_ids"])
-    if ids != tok([caption], context_length)[0].tolist():
+    if ids != expected:
         raise ValueError("the tokenizer's ids differ from open_clip's for this caption; offsets cannot be kept")
     pieces = [(pos, where[s], where[e - 1] + 1) for pos, (s, e) in enumerate(enc["offset_mapping"])
               if e > s and ids[pos] not in hf.all_special_ids]
@@ -219,8 +227,7 @@ def _align_hf(tok, caption: str, context_length: int) -> Alignment:
     eos = hf.eos_token_id
     eot_idx = ids.index(eos) if eos is not None and eos in ids else \
         max((k for k, t in enumerate(ids) if t != hf.pad_token_id), default=0)
-    truncated = len(hf(text)["input_ids"]) > context_length
-    return Alignment(ids, eot_idx, pieces, truncated)
+    return Alignment(ids, eot_idx, pieces, full_length > context_length)
 
 
 def positions_for_span(al: Alignment, start: int, end: int) -> list[int]:

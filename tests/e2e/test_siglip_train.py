@@ -4,6 +4,7 @@ every mode with the sigmoid objective, resume, and an export that loads in plain
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -98,3 +99,50 @@ def test_a_fine_tune_of_a_local_dir_starts_from_its_base_export(world, siglip_ta
     assert all(torch.equal(v, state[k]) for k, v in clip.state_dict().items())
     plain = create_clip(siglip_dir)
     assert not all(torch.equal(v, state[k]) for k, v in plain.state_dict().items())
+
+
+def test_every_mode_on_siglip_through_the_flow(harness, tmp_path):
+    """The whole flow on a SigLIP-shaped local-dir folder: the tables in its tokenizer and patch grid, every
+    training mode with the sigmoid objective, the evaluation and the probes on the world; a changed tokenizer
+    file is a new parse (and train) key, never a cache hit."""
+    import yaml
+
+    from model import CONFIG_DIR
+    from pipeline.world import WorldConfig, generate_world
+    from tests_support import build_sentencepiece_tokenizer, run_flow_states
+
+    world_cfg = {"seed": 3, "images": 30, "size": 32, "eval_fraction": 0.3}
+    generate_world(tmp_path / "w", WorldConfig(**world_cfg))  # the same world the flow makes: its captions
+    coco = json.loads((tmp_path / "w" / "annotations" / "captions_train2014.json").read_text())
+    folder = build_sentencepiece_tokenizer(tmp_path / "siglip", [a["caption"] for a in coco["annotations"]],
+                                           context_length=32, vocab_size=400,
+                                           model_cfg=json.loads((CONFIG_DIR / "macco-siglip-tiny.json").read_text()))
+    modes = {"clip-ft": {"mode": "clip-ft"}, "macco": {"mode": "macco"}, "text-only": {"mode": "text-only"},
+             "image-only": {"mode": "image-only"}, "macco-no-mca": {"mode": "macco", "mca": False},
+             "macco-no-mir": {"mode": "macco", "mir": False}, "macco-hn": {"mode": "macco", "hardneg": True}}
+    cfg = {"name": "siglip", "artifacts": str(tmp_path / "artifacts"), "world": world_cfg,
+           "parse": {"clip_model": folder, "shard_size": 50}, "ground": {"backend": "annotations", "shard_size": 8},
+           "masks": {"models": [folder]},
+           "validate": {"params": {"min_text_mask_coverage": 0.9, "min_grounded_coverage": 0.9}},
+           "train": {"arch": folder, "runs": modes,
+                     "common": {"max_steps": 2, "batch_size": 16, "workers": 0, "log_every": 1, "lr_clip": 1e-3}},
+           "evaluate": {"benchmarks": ["aro-vgr", "sugarcrepe", "whatsup"], "settings": {"vga_min_count": 1}}}
+    path = tmp_path / "siglip.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out, states = run_flow_states(path)
+    assert set(out["train"]) == set(modes) and all(s == "Completed" for s in states["train"])
+    for label, runs in out["evaluate"].items():
+        res = json.loads(Path(runs[0]["results"]).read_text())
+        assert set(res["benchmarks"]) == {"aro-vgr", "sugarcrepe", "whatsup"}, label
+        assert "r2_x" in res["probes"]["image_global"] and res["probes"]["text"]["relation_swap_cosine"] > 0, label
+    masks = out["masks"]["tables"]["patch_masks"]
+    from data_schemas import TABLES, read_table
+
+    assert set(read_table(TABLES["patch_masks"], masks["dir"]).column("grid").to_pylist()) == {4}
+    report = (tmp_path / "artifacts" / "runs" / "siglip" / "results.md").read_text()
+    assert "macco-hn" in report
+    # the tokenizer folder is an input: editing a file in it re-parses (and retrains), never a cache hit
+    (Path(folder.removeprefix("local-dir:")) / "tokenizer_config.json").write_text(
+        (Path(folder.removeprefix("local-dir:")) / "tokenizer_config.json").read_text() + "\n")
+    out2, states2 = run_flow_states(path, stages=["world", "captions", "parse"])
+    assert states2["parse"] == ["Completed"] and out2["parse"]["key"] != out["parse"]["key"]

@@ -177,3 +177,15 @@ def test_hub_tokenizers_are_refused_offline_with_what_to_do():
         with pytest.raises(ValueError, match="runs offline: download that repository .* local-dir:/that/folder"):
             get_tokenizer(name)
     assert get_tokenizer("ViT-B-32-gelu") is not None
+
+
+def test_hf_alignment_from_many_threads_at_once(sp):
+    """The flow maps parse shards over threads, all sharing the cached tokenizer: a fast tokenizer called from
+    two threads at once fails with "Already borrowed" unless its calls are serialised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tok = get_tokenizer(sp)
+    caps = [f"a small red circle left of a blue square {'and a green star ' * (i % 3)}".strip() for i in range(64)]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda c: align_caption(tok, c).token_ids, caps * 4))
+    assert got == [align_caption(tok, c).token_ids for c in caps * 4]
