@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .masked import tower_shapes
+
 # per colour slot: present, unique, centre x, centre y (in [0, 1] of the image), kind index, size index
 SLOT_FIELDS = ("present", "unique", "cx", "cy", "kind", "size")
 
@@ -98,8 +100,7 @@ class SceneTask(nn.Module):
     def __init__(self, clip: nn.Module, vocab: SceneVocab, position_weight: float = 10.0):
         super().__init__()
         self.clip, self.vocab, self.position_weight = clip, vocab, position_weight
-        proj = clip.visual.proj
-        dim = proj.shape[1] if proj is not None else clip.visual.output_dim
+        dim = tower_shapes(clip)["embed"]  # what encode_image returns (CLIP: visual.proj's; SigLIP: the MAP head's)
         C, K, S = len(vocab.colours), len(vocab.kinds), len(vocab.sizes)
         self.sizes = (C, K, S)
         self.scene_head = nn.Linear(dim, C * (1 + 2 + K + S))

@@ -146,3 +146,20 @@ def test_every_mode_on_siglip_through_the_flow(harness, tmp_path):
         (Path(folder.removeprefix("local-dir:")) / "tokenizer_config.json").read_text() + "\n")
     out2, states2 = run_flow_states(path, stages=["world", "captions", "parse"])
     assert states2["parse"] == ["Completed"] and out2["parse"]["key"] != out["parse"]["key"]
+
+
+def test_the_demo_base_chain_on_siglip(world, siglip_tables, siglip_dir, tmp_path):
+    """mode scene on SigLIP towers (heads on the MAP feature) trains the image tower only; then clip-ft with
+    lock_image trains the text tower only against it: the demo's base recipe, on SigLIP."""
+    from model.train import train
+
+    scene = train(_cfg(world, siglip_tables, siglip_dir, tmp_path / "scene", mode="scene", max_steps=6,
+                       scenes=str(world / "scenes_train.json")))
+    assert {"presence_loss", "position_loss", "kind_loss", "size_loss"} <= set(scene["history"][-1])
+    lit = train(_cfg(world, siglip_tables, siglip_dir, tmp_path / "lit", mode="clip-ft", lock_image=True,
+                     pretrained=scene["export"]["pt"]))
+    a, b = (torch.load(r["export"]["pt"], weights_only=True)["state_dict"] for r in (scene, lit))
+    vis = [k for k in a if k.startswith("visual.")]
+    txt = [k for k in a if k.startswith("text.")]
+    assert vis and txt and all(torch.equal(a[k], b[k]) for k in vis)
+    assert not all(torch.equal(a[k], b[k]) for k in txt)
