@@ -15,7 +15,7 @@ export PREFECT_HOME ?= $(CURDIR)/.prefect
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo demo-full test test-fast bench gpu-wheels install server worker deploy clean
+.PHONY: demo demo-full demo-siglip test test-fast bench gpu-wheels install server worker deploy clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ demo: $(DEPS_STAMP)
 
 demo-full: $(DEPS_STAMP)
 	$(MACCO) run --config configs/demo-full.yaml
+
+demo-siglip: $(DEPS_STAMP)
+	$(MACCO) run --config configs/demo-siglip.yaml
 
 test: $(DEPS_STAMP)
 	$(PY) -m pytest -q

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-STAGES = ("world", "captions", "parse", "ground", "masks", "validate", "train", "evaluate", "report")
+STAGES = ("world", "captions", "tokenizer", "parse", "ground", "masks", "validate", "train", "evaluate", "report")
 
 
 def _defaults() -> dict:
@@ -19,6 +19,7 @@ def _defaults() -> dict:
     from data_schemas.config import defaults
     from model.train_config import TrainConfig
     from pipeline.grounding.base import GroundingConfig
+    from pipeline.siglip_folder import TokenizerConfig
     from pipeline.stages import CaptionsConfig, ParseConfig
     from pipeline.world import WorldConfig
 
@@ -32,6 +33,7 @@ def _defaults() -> dict:
         "artifacts": "artifacts",
         "world": pick(WorldConfig, "seed", "images", "size", "eval_fraction"),  # used when data.root is null
         "data": {k: list(v) if isinstance(v, tuple) else v for k, v in {**data, "root": None}.items()},
+        "tokenizer": pick(TokenizerConfig, "arch", "vocab_size", "context_length", "clean"),
         "parse": pick(ParseConfig, "parser", "spacy_model", "clip_model", "n_process", "shard_size"),
         "ground": pick(GroundingConfig, "backend", "box_threshold", "text_threshold", "checkpoint", "config_file",
                        "bert_dir", "model_dir", "device", "batch_size", "shard_size"),
@@ -63,6 +65,7 @@ def check_sections(cfg: dict) -> None:
     from model.benchmarks import EvalConfig
     from model.train_config import TrainConfig
     from pipeline.grounding.base import GroundingConfig
+    from pipeline.siglip_folder import TokenizerConfig
     from pipeline.stages import CaptionsConfig, ParseConfig
     from pipeline.world import WorldConfig
 
@@ -70,6 +73,15 @@ def check_sections(cfg: dict) -> None:
     data = cfg["data"]
     placeholder = {"root": "."} if data["source"] == "coco" and data["root"] is None else {}  # the world's
     from_dict(CaptionsConfig, {**data, **placeholder}, "config data")
+    from_dict(TokenizerConfig, cfg["tokenizer"], "config tokenizer")
+    if cfg["tokenizer"]["arch"] is None:
+        from pipeline.siglip_folder import BUILT
+
+        uses = [k for k, v in [("parse.clip_model", cfg["parse"]["clip_model"]), ("train.arch", cfg["train"]["arch"]),
+                               *(("masks.models", m) for m in cfg["masks"]["models"])] if v == BUILT]
+        if uses:
+            raise ValueError(f"config {', '.join(uses)}: {BUILT!r} names the folder the tokenizer stage builds, "
+                             "but tokenizer.arch is not set")
     from_dict(ParseConfig, cfg["parse"], "config parse")
     from_dict(GroundingConfig, cfg["ground"], "config ground")
     train = cfg["train"]
@@ -79,6 +91,23 @@ def check_sections(cfg: dict) -> None:
         from_dict(TrainConfig, {"arch": train["arch"], **train["common"],
                                 **{k: v for k, v in section.items() if k != "seeds"}}, f"config {where}")
     from_dict(EvalConfig, cfg["evaluate"]["settings"], "config evaluate.settings")
+
+
+def use_built_folder(cfg: dict, folder: str) -> dict:
+    """``cfg`` with every ``built:tokenizer`` model name (parse.clip_model, masks.models, train.arch and the train
+    sections' arch) replaced by the folder the tokenizer stage built."""
+    from pipeline.siglip_folder import BUILT
+
+    cfg = copy.deepcopy(cfg)
+    sub = lambda v: folder if v == BUILT else v  # noqa: E731
+    cfg["parse"]["clip_model"] = sub(cfg["parse"]["clip_model"])
+    cfg["masks"]["models"] = [sub(m) for m in cfg["masks"]["models"]]
+    train = cfg["train"]
+    train["arch"] = sub(train["arch"])
+    for section in [train["common"], *base_sections(train["base"]), *train["runs"].values()]:
+        if "arch" in section:
+            section["arch"] = sub(section["arch"])
+    return cfg
 
 
 def base_sections(base: dict | list | None) -> list[dict]:

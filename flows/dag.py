@@ -37,6 +37,7 @@ class Stage:
     shards: Callable[[dict, dict], int] | None = None
     run_shard: Callable[[dict, dict, Path, str, int], None] | None = None
     extra_key: Callable[[dict], list] | None = None  # section -> more key parts (e.g. weights' sha256)
+    when: Callable[[dict], bool] | None = None  # section -> whether the stage runs at all (None: always)
 
 
 # ---- manifests --------------------------------------------------------------------------------------------
@@ -141,6 +142,32 @@ def _captions(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
             "content_hash": m["captions"]["content_hash"], "summary": m["captions"].get("summary", {})}
 
 
+# ---- tokenizer (a SigLIP model folder from the training captions; only with tokenizer.arch) ----------------
+def _tokenizer(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
+    from model import CONFIG_DIR
+    from pipeline.siglip_folder import TokenizerConfig, build_siglip_folder
+
+    t = from_dict(TokenizerConfig, cfg, "tokenizer")
+    arch_file = CONFIG_DIR / f"{t.arch}.json"
+    if not arch_file.is_file():
+        raise ValueError(f"tokenizer.arch {t.arch!r}: not one of the repo's architectures "
+                         f"({sorted(p.stem for p in CONFIG_DIR.glob('*.json'))})")
+    train = [r["caption"] for r in _rows(inputs["captions"], "captions") if r["split"] == "train"]
+    folder = build_siglip_folder(train, out / "model", json.loads(arch_file.read_text()), t.context_length,
+                                 t.vocab_size, t.clean)
+    _logger().info("tokenizer: %s from %d training captions", folder, len(train))
+    return {"folder": folder, "captions": len(train), "content_hash": _files_hash(out / "model"),
+            "files": [str(out / "model" / "open_clip_config.json")]}
+
+
+def _arch_json(section: dict) -> list:
+    """The architecture's config file content (part of the tokenizer stage's key)."""
+    from model import CONFIG_DIR
+
+    path = CONFIG_DIR / f"{section['arch']}.json"
+    return [path.read_text() if path.is_file() else None]
+
+
 # ---- parse (mapped over shards of captions) ---------------------------------------------------------------
 def _parse_stage(inputs: dict, cfg: dict, out: Path, **kw) -> dict:
     from pipeline.stages import ParseConfig, parse_stage
@@ -237,9 +264,12 @@ def _preprocessing() -> tuple[Stage, ...]:
     from pipeline.stages import CAPTIONS_CODE, MASKS_CODE, PARSE_CODE
     from pipeline.world import CODE_MODULES as WORLD_CODE
 
+
     return (
         Stage("world", (), "world", _code(*WORLD_CODE), _world),
         Stage("captions", ("source",), "data", _code(*CAPTIONS_CODE), _captions),
+        Stage("tokenizer", ("captions",), "tokenizer", _code("pipeline.siglip_folder", "model.siglip"), _tokenizer,
+              extra_key=_arch_json, when=lambda section: section["arch"] is not None),
         Stage("parse", ("captions",), "parse", _code(*PARSE_CODE), _parse, _parse_shards, _parse_shard,
               extra_key=lambda section: folder_key(section["clip_model"])),  # a local-dir tokenizer's files
         # source: the images and instance annotations the grounders read (the captions hash covers neither)

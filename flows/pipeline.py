@@ -17,7 +17,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, unmapped
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from flows.config import STAGES, base_sections, key_of, load_config
+from flows.config import STAGES, base_sections, key_of, load_config, use_built_folder
 from flows.dag import BY_NAME, PREPROCESSING, Stage, folder_key, read_stage, stage_done, stage_key
 from flows.tasks import evaluate_task, report_task, shard_task, stage_task, train_task, validate_task
 
@@ -148,7 +148,11 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     for stage in PREPROCESSING[1:]:  # after the world
         if not r.needed(stage.name):
             return out
+        if stage.when is not None and not stage.when(cfg[stage.section]):
+            continue
         m[stage.name] = out[stage.name] = r.stage(stage, m)
+        if stage.name == "tokenizer":  # the later stages read the model folder it built
+            r.cfg = cfg = use_built_folder(cfg, m["tokenizer"]["folder"])
     captions, parse, ground, masks = (m[s] for s in ("captions", "parse", "ground", "masks"))
     root, root_hash = captions["root"], m["source"]["content_hash"]  # the image root every later stage reads
 

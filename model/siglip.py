@@ -14,38 +14,45 @@ With nothing masked both return exactly what ``clip.encode_image`` / ``clip.enco
 Without a causal mask every position sees every other: a masked copy cannot be trimmed after its last masked
 position, as the CLIP text path does.
 
-``macco-siglip-tiny`` (``model/configs``): a SigLIP-shaped model small enough for CPU tests — the timm trunk
-``macco_siglip_vit_tiny`` registered here (no class token, MAP head), a 2-layer bidirectional text tower pooled
-at the last position, sigmoid loss bias (``init_logit_bias``).
+``macco-siglip-tiny`` and ``macco-siglip-demo`` (``model/configs``): SigLIP-shaped models small enough for a
+CPU — the timm trunks registered here (``TRUNKS``: no class token, MAP head), a bidirectional text tower pooled
+at the last position, the sigmoid loss bias (``init_logit_bias``).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-TINY_TIMM = "macco_siglip_vit_tiny"
+# the repo's SigLIP-shaped timm trunks (model/configs): no class token, a MAP head, as SigLIP's
+#   macco_siglip_vit_tiny: 32 px, 8 px patches, width 64, 2 blocks (macco-siglip-tiny: the tests)
+#   macco_siglip_vit_demo: 64 px, 8 px patches, width 128, 3 blocks of 4 heads (macco-siglip-demo: the
+#   synthetic world's SigLIP demo, the size of macco-tiny's image tower)
+TRUNKS = {"macco_siglip_vit_tiny": dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=2),
+          "macco_siglip_vit_demo": dict(img_size=64, patch_size=8, embed_dim=128, depth=3, num_heads=4)}
 _registered = False
 
 
 def register_tiny_timm() -> None:
-    """Register the timm trunk of ``macco-siglip-tiny`` (32 px, 8 px patches, width 64, 2 blocks, MAP head)."""
+    """Register the repo's SigLIP-shaped timm trunks (``TRUNKS``) once."""
     global _registered
     if _registered:
         return
     from timm.models import register_model
     from timm.models.vision_transformer import VisionTransformer
 
-    def macco_siglip_vit_tiny(pretrained: bool = False, **kwargs) -> VisionTransformer:
-        if pretrained:
-            raise ValueError(f"{TINY_TIMM} has no pretrained weights (a test architecture)")
-        args = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=2, class_token=False,
-                    global_pool="map")
-        for k in ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir"):  # the factory's, not the model's
-            kwargs.pop(k, None)
-        return VisionTransformer(**{**args, **kwargs})
+    def make(name: str, args: dict):
+        def build(pretrained: bool = False, **kwargs) -> VisionTransformer:
+            if pretrained:
+                raise ValueError(f"{name} has no pretrained weights (a repo architecture)")
+            for k in ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir"):  # the factory's, not the model's
+                kwargs.pop(k, None)
+            return VisionTransformer(**{**args, "class_token": False, "global_pool": "map", **kwargs})
 
-    macco_siglip_vit_tiny.__name__ = TINY_TIMM
-    register_model(macco_siglip_vit_tiny)
+        build.__name__ = name
+        return build
+
+    for name, args in TRUNKS.items():
+        register_model(make(name, args))
     _registered = True
 
 

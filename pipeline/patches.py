@@ -11,7 +11,8 @@ from data_schemas.geometry import (PREPROCESS, Geometry, box_in_crop, box_patche
 GEOMETRIES = {
     "ViT-B-32": Geometry(224, 32), "ViT-B-16": Geometry(224, 16), "ViT-L-14": Geometry(224, 14),
     "macco-tiny": Geometry(64, 8), "macco-micro": Geometry(32, 8),
-    "macco-siglip-tiny": Geometry(32, 8), "macco_siglip_vit_tiny": Geometry(32, 8),  # (the timm trunk's name)
+    "macco-siglip-tiny": Geometry(32, 8), "macco_siglip_vit_tiny": Geometry(32, 8),  # (and the timm trunks)
+    "macco-siglip-demo": Geometry(64, 8), "macco_siglip_vit_demo": Geometry(64, 8),
 }
 
 

@@ -205,27 +205,8 @@ def build_world_tables(world: Path, out: Path, clip_model: str | None = None) ->
 def build_sentencepiece_tokenizer(path: Path, corpus: list[str], context_length: int = 16,
                                   clean: str = "canonicalize", vocab_size: int = 300,
                                   model_cfg: dict | None = None) -> str:
-    """A SigLIP-style tokenizer folder for ``local-dir:``: a SentencePiece-style BPE model (Metaspace word-start
-    markers, ``</s>`` appended, ``<pad>`` = 0) trained on ``corpus`` with the ``tokenizers`` library, saved
-    as a Hugging Face fast tokenizer, plus the open_clip_config.json naming it (open_clip reads the tokenizer from
-    the folder itself). ``model_cfg``: a whole architecture (e.g. macco-siglip-tiny's) for the folder, which then
-    is a model open_clip builds (``local-dir:`` without weights: random initialisation)."""
-    import json
+    """A SigLIP-style ``local-dir:`` folder (``pipeline.siglip_folder``): a SentencePiece-style tokenizer trained
+    on ``corpus`` and, with ``model_cfg`` (e.g. macco-siglip-tiny's), a model open_clip builds from it."""
+    from pipeline.siglip_folder import build_siglip_folder
 
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tk = Tokenizer(models.BPE(unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Metaspace()
-    tk.decoder = decoders.Metaspace()
-    tk.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=vocab_size,
-                                                       special_tokens=["<pad>", "</s>", "<unk>"]))
-    tk.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
-    path.mkdir(parents=True, exist_ok=True)
-    fast.save_pretrained(str(path))
-    cfg = {"model_cfg": dict(model_cfg or {})}
-    cfg["model_cfg"]["text_cfg"] = {**cfg["model_cfg"].get("text_cfg", {}), "hf_tokenizer_name": "local",
-                                    "context_length": context_length, "tokenizer_kwargs": {"clean": clean}}
-    (path / "open_clip_config.json").write_text(json.dumps(cfg))
-    return f"local-dir:{path}"
+    return build_siglip_folder(corpus, path, model_cfg, context_length, vocab_size, clean)

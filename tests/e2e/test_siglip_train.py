@@ -163,3 +163,37 @@ def test_the_demo_base_chain_on_siglip(world, siglip_tables, siglip_dir, tmp_pat
     txt = [k for k in a if k.startswith("text.")]
     assert vis and txt and all(torch.equal(a[k], b[k]) for k in vis)
     assert not all(torch.equal(a[k], b[k]) for k in txt)
+
+
+def test_the_tokenizer_stage_builds_the_siglip_folder_the_demo_uses(harness, tmp_path):
+    """configs/demo-siglip.yaml's shape at a few steps: the tokenizer stage trains a tokenizer on the world's
+    training captions and writes the model folder; built:tokenizer is that folder for parse, masks and train;
+    a rerun is all Cached."""
+    import yaml
+
+    from flows.config import load_config
+    from tests_support import run_flow_states
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "demo-siglip.yaml").read_text())
+    cfg.update(artifacts=str(tmp_path / "artifacts"), world={"seed": 3, "images": 30, "size": 32, "eval_fraction": 0.3},
+               tokenizer={"arch": "macco-siglip-tiny", "vocab_size": 400, "context_length": 32})
+    cfg["parse"]["shard_size"] = 50
+    cfg["ground"]["shard_size"] = 8
+    cfg["validate"] = {"params": {"min_text_mask_coverage": 0.9, "min_grounded_coverage": 0.9}}
+    for section in (*cfg["train"]["base"], cfg["train"]["common"]):
+        section.update(max_steps=2, batch_size=16)
+    cfg["train"]["common"].update(workers=0, log_every=1)
+    cfg["evaluate"] = {"benchmarks": ["sugarcrepe", "whatsup"], "settings": {"vga_min_count": 1}}
+    path = tmp_path / "demo-siglip.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out, states = run_flow_states(path)
+    folder = out["tokenizer"]["folder"]
+    assert folder.startswith("local-dir:") and (Path(folder[len("local-dir:"):]) / "tokenizer.json").is_file()
+    train_caps = sum(1 for r in json.loads((Path(out["world"]["dir"]) / "annotations" /
+                                            "captions_train2014.json").read_text())["annotations"])
+    assert out["tokenizer"]["captions"] == train_caps > 0  # the training split only
+    assert all(r["arch"] == folder for runs in out["train"].values() for r in runs)
+    _, again = run_flow_states(path)
+    assert set(again["tokenizer"]) == {"Cached"} and set(again["train"]) == {"Cached"}
+    with pytest.raises(ValueError, match="built:tokenizer.*tokenizer.arch is not set"):
+        load_config(path, {"tokenizer": {"arch": None}})
