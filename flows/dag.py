@@ -10,7 +10,6 @@ its finished shards.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import uuid
@@ -103,12 +102,9 @@ def _rows(manifest: dict, table: str) -> list[dict]:
 
 
 def _files_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()
+    from pipeline.stages import tree_hash
+
+    return tree_hash(root)
 
 
 # ---- world (the embedded default's data) ------------------------------------------------------------------

@@ -38,6 +38,17 @@ def code_version(*modules: str) -> str:
     return h.hexdigest()[:12]
 
 
+def tree_hash(root: str | Path) -> str:
+    """sha256 over every file under ``root``: its relative path and its bytes, in path order."""
+    root = Path(root)
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
 def content_hash(obj) -> str:
     """sha256 of a JSON-serialisable value (rows, ids), key order independent."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()

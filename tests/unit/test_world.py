@@ -1,4 +1,3 @@
-import hashlib
 import json
 
 from PIL import Image
@@ -9,12 +8,9 @@ from pipeline.world import (COLOURS, KINDS, SIZES, WorldConfig, generate_world, 
 
 
 def _digest(root):
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()
+    from pipeline.stages import tree_hash
+
+    return tree_hash(root)
 
 
 def test_same_seed_same_bytes_and_different_seed_differs(tmp_path):
