@@ -79,7 +79,7 @@ def coerce(cls, name: str, value, section: str):
         return value
     try:
         return _as(want, value, name, section)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         if str(exc).startswith(f"{section} {name}:"):
             raise
         raise ValueError(f"{section} {name}: {value!r} is not a valid {_describe(field_types(cls)[name])}") \
@@ -92,7 +92,7 @@ def _as(want, value, name: str, section: str):
         for m in typing.get_args(want):
             try:
                 return _as(m, value, name, section)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 continue
         raise ValueError(value)
     if want is str:
@@ -108,9 +108,19 @@ def _as(want, value, name: str, section: str):
             raise TypeError(value)
         return value
     if want is int:
-        if isinstance(value, bool) or float(value) != int(float(value)):
+        if isinstance(value, bool):
+            raise TypeError(value)
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass  # "1e3": through float below
+        f = float(value)
+        if f != int(f):
             raise ValueError(value)
-        return int(float(value))
+        return int(f)
     if want is float:
         if isinstance(value, bool):
             raise TypeError(value)
@@ -142,6 +152,9 @@ def from_dict(cls: type[T], data: Mapping | None, section: str, **fixed) -> T:
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise ValueError(f"{section}: unknown key(s) {unknown}; known: {sorted(known)}")
+    taken = sorted(set(data) & set(fixed))
+    if taken:
+        raise ValueError(f"{section}: {taken} cannot be set here (the caller sets them)")
     return cls(**{k: coerce(cls, k, v, section) for k, v in data.items()}, **fixed)
 
 

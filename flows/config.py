@@ -74,14 +74,7 @@ def check_sections(cfg: dict) -> None:
     placeholder = {"root": "."} if data["source"] == "coco" and data["root"] is None else {}  # the world's
     from_dict(CaptionsConfig, {**data, **placeholder}, "config data")
     from_dict(TokenizerConfig, cfg["tokenizer"], "config tokenizer")
-    if cfg["tokenizer"]["arch"] is None:
-        from pipeline.siglip_folder import BUILT
-
-        uses = [k for k, v in [("parse.clip_model", cfg["parse"]["clip_model"]), ("train.arch", cfg["train"]["arch"]),
-                               *(("masks.models", m) for m in cfg["masks"]["models"])] if v == BUILT]
-        if uses:
-            raise ValueError(f"config {', '.join(uses)}: {BUILT!r} names the folder the tokenizer stage builds, "
-                             "but tokenizer.arch is not set")
+    _check_tokenizers(cfg)
     from_dict(ParseConfig, cfg["parse"], "config parse")
     from_dict(GroundingConfig, cfg["ground"], "config ground")
     train = cfg["train"]
@@ -90,7 +83,42 @@ def check_sections(cfg: dict) -> None:
                            *((f"train.runs.{n}", r) for n, r in train["runs"].items())]:
         from_dict(TrainConfig, {"arch": train["arch"], **train["common"],
                                 **{k: v for k, v in section.items() if k != "seeds"}}, f"config {where}")
-    from_dict(EvalConfig, cfg["evaluate"]["settings"], "config evaluate.settings")
+    settings = cfg["evaluate"]["settings"]
+    flow_set = sorted({"model", "checkpoint", "roots"} & set(settings))
+    if flow_set:
+        raise ValueError(f"config evaluate.settings: {flow_set} are set by the flow (each run's model and weights; "
+                         "evaluate.roots)")
+    from_dict(EvalConfig, settings, "config evaluate.settings")
+
+
+def run_archs(train: dict) -> list[tuple[str, str]]:
+    """(where, architecture) of every training section: its own ``arch``, else common's, else ``train.arch``."""
+    default = train["common"].get("arch", train["arch"])
+    return [("train.arch", train["arch"]), *((f"train.base[{i}]", b.get("arch", default))
+                                             for i, b in enumerate(base_sections(train["base"]))),
+            *((f"train.runs.{n}", r.get("arch", default)) for n, r in train["runs"].items())]
+
+
+def _check_tokenizers(cfg: dict) -> None:
+    """The token masks must be in the trained model's tokenizer: every CLIP architecture shares one BPE, but a
+    model folder (local-dir:, or built:tokenizer) has its own, so parse.clip_model must name the same folder as
+    each training section's architecture; built:tokenizer needs a tokenizer stage."""
+    from pipeline.siglip_folder import BUILT
+
+    def folder(name: str) -> str | None:
+        return name if name == BUILT or name.startswith("local-dir:") else None
+
+    parse, archs = cfg["parse"]["clip_model"], run_archs(cfg["train"])
+    used = [("parse.clip_model", parse), *archs, *(("masks.models", m) for m in cfg["masks"]["models"])]
+    if cfg["tokenizer"]["arch"] is None and any(v == BUILT for _, v in used):
+        where = ", ".join(k for k, v in used if v == BUILT)
+        raise ValueError(f"config {where}: {BUILT!r} names the folder the tokenizer stage builds, but "
+                         "tokenizer.arch is not set")
+    for where, arch in archs:
+        if folder(arch) != folder(parse):
+            raise ValueError(f"config {where}: {arch!r} and parse.clip_model {parse!r} tokenize differently (a model "
+                             "folder has its own tokenizer): the token masks must be parsed with the trained "
+                             "model's tokenizer")
 
 
 def use_built_folder(cfg: dict, folder: str) -> dict:

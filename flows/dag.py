@@ -264,7 +264,7 @@ def _preprocessing() -> tuple[Stage, ...]:
     return (
         Stage("world", (), "world", _code(*WORLD_CODE), _world),
         Stage("captions", ("source",), "data", _code(*CAPTIONS_CODE), _captions),
-        Stage("tokenizer", ("captions",), "tokenizer", _code("pipeline.siglip_folder", "model.siglip"), _tokenizer,
+        Stage("tokenizer", ("captions",), "tokenizer", _code("pipeline.siglip_folder"), _tokenizer,
               extra_key=_arch_json, when=lambda section: section["arch"] is not None),
         Stage("parse", ("captions",), "parse", _code(*PARSE_CODE), _parse, _parse_shards, _parse_shard,
               extra_key=lambda section: folder_key(section["clip_model"])),  # a local-dir tokenizer's files

@@ -1,5 +1,5 @@
-"""The MACCO DAG as one Prefect flow: world -> captions -> parse -> ground -> masks -> validate -> train ->
-evaluate -> report.
+"""The MACCO DAG as one Prefect flow: world -> captions -> (tokenizer) -> parse -> ground -> masks -> validate ->
+train -> evaluate -> report.
 
 Parameters: ``config`` (YAML path), ``stages`` (which to run; others are read back from the artifacts folder
 and must exist) and ``force`` (which to redo). A stage whose content-keyed output directory is complete is
@@ -187,14 +187,14 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     tcfg = cfg["train"]  # every section checked against TrainConfig by load_config
     bases = base_sections(tcfg["base"])
     train_tables = {k: tables[k] for k in ("captions", "token_masks", "scene_graphs", "regions")}
-    model_code = _version("model.task", "model.masked", "model.predictors", "model.slots", "model.losses", "model.data",
-                          "model.scene", "model.train", "model.train_config", "model.optim", "model.runlog",
-                          "model.export")
+    model_code = _version("model", "model.task", "model.masked", "model.siglip", "model.predictors", "model.slots",
+                          "model.losses", "model.data", "model.scene", "model.train", "model.train_config",
+                          "model.optim", "model.runlog", "model.export")
     table_hashes = [parse["content_hash"], ground["content_hash"], captions["content_hash"]]
 
     def settings_for(over: dict, seed: int, init: dict | None) -> tuple[dict, str]:
-        s = {**tcfg["common"], **over, "arch": over.get("arch", tcfg["arch"]), "seed": seed,
-             "tables": train_tables, "image_root": root}
+        arch = over.get("arch", tcfg["common"].get("arch", tcfg["arch"]))  # as flows.config.run_archs
+        s = {**tcfg["common"], **over, "arch": arch, "seed": seed, "tables": train_tables, "image_root": root}
         if init is not None:
             s["pretrained"] = init["export_pt"]
         elif tcfg["pretrained"]:
@@ -203,8 +203,8 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
         # not in the key: paths, and how a run is checkpointed and resumed (the same run either way)
         k = key_of("train", {a: b for a, b in s.items()
                              if a not in ("tables", "image_root", "pretrained", "resume", "save_every")},
-                   table_hashes, init["content_hash"] if init else s.get("pretrained"), model_code, root_hash,
-                   file_sha256(s["scenes"]) if s.get("scenes") else None, *folder_key(s["arch"]))
+                   table_hashes, init["content_hash"] if init else weights_key(s.get("pretrained")), model_code,
+                   root_hash, file_sha256(s["scenes"]) if s.get("scenes") else None, *folder_key(s["arch"]))
         return s, k
 
     runs: dict[str, list[dict]] = {}
@@ -275,6 +275,14 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
                                     ecfg["control"])
         print(open(out["report"]["markdown"]).read())
     return out
+
+
+def weights_key(pretrained: str | None) -> str | None:
+    """A weights file's sha256 (a file replaced at the same path is new weights), else the name (an open_clip
+    pretrained tag) or None."""
+    from model.export import file_sha256
+
+    return file_sha256(pretrained) if pretrained and Path(pretrained).is_file() else pretrained
 
 
 def source_fingerprint(data: dict) -> str:

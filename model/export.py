@@ -59,10 +59,12 @@ def export_clip(clip: nn.Module, arch: str, out_dir: str | Path, preprocess_cfg:
         raise ValueError(f"export would contain training-only keys: {bad[:5]}")
     visual = clip.visual
     size = visual.image_size[0] if isinstance(visual.image_size, (tuple, list)) else visual.image_size
-    own = getattr(visual, "preprocess_cfg", None) or {}  # the model's normalisation (SigLIP: 0.5)
-    pp = {"size": size, "mode": "RGB", "mean": list(own.get("mean", open_clip.OPENAI_DATASET_MEAN)),
-          "std": list(own.get("std", open_clip.OPENAI_DATASET_STD)), "interpolation": "bicubic",
-          "resize_mode": "shortest", **(preprocess_cfg or {})}
+    # the model's own preprocessing (SigLIP: mean/std 0.5, squash resize), so a local-dir load of the export
+    # preprocesses as the model was trained
+    own = {k: list(v) if isinstance(v, tuple) else v for k, v in (getattr(visual, "preprocess_cfg", None) or {}).items()}
+    pp = {"size": size, "mode": "RGB", "mean": list(open_clip.OPENAI_DATASET_MEAN),
+          "std": list(open_clip.OPENAI_DATASET_STD), "interpolation": "bicubic", "resize_mode": "shortest",
+          **own, **(preprocess_cfg or {})}
     weights = out_dir / "open_clip_model.safetensors"
     tmp = weights.with_suffix(".tmp")
     save_file(state, str(tmp))

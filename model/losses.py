@@ -61,7 +61,7 @@ def intra_modal_contrast_loss(per_modality: list[torch.Tensor]) -> torch.Tensor:
     return sum(per_modality) / len(per_modality)
 
 
-# ---- the sigmoid (SigLIP) form of the contrastive terms (#18; not yet wired into MaccoTask) ----------------
+# ---- the sigmoid (SigLIP) form of the contrastive terms (MaccoTask uses them on SigLIP towers) ------------
 def sigmoid_pairs_loss(x: torch.Tensor, y: torch.Tensor, labels: torch.Tensor, scale: torch.Tensor,
                        bias: torch.Tensor, n: int) -> torch.Tensor:
     """-sum over every pair (i, j) of log sigmoid(labels_ij * (s * x_i . y_j + b)), over ``n`` (SigLIP: the

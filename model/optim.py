@@ -12,12 +12,14 @@ if TYPE_CHECKING:
 
 
 def param_groups(task: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
-    """Group 0: CLIP no-decay (ndim < 2, bn/ln/bias/logit_scale); 1: CLIP decay; 2: predictors + mask tokens."""
+    """Group 0: CLIP no-decay (ndim < 2, bn/ln/bias/logit_scale); 1: CLIP decay; 2: predictors + mask tokens.
+    The logit scale goes where ``logit_scale_group`` says, and SigLIP's logit bias with it (the two set the
+    sigmoid's operating point together)."""
     g0, g1, g2 = [], [], []
     for name, p in task.named_parameters():
         if not p.requires_grad:
             continue
-        if name == "clip.logit_scale":
+        if name in ("clip.logit_scale", "clip.logit_bias"):
             (g2 if cfg.logit_scale_group == "predictor" else g0).append(p)
         elif name.startswith("clip."):
             excl = p.ndim < 2 or any(s in name for s in ("bn", "ln", "bias", "logit_scale"))

@@ -7,6 +7,7 @@ image predictor's own masked-image query is detached but its text condition is n
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal, Sequence, get_args
 
@@ -69,6 +70,9 @@ class MaccoTask(nn.Module):
         shapes = tower_shapes(clip)
         self.patch_size, self.grid = shapes["patch"], shapes["grid"]
         self.sigmoid = is_siglip(clip)  # SigLIP: the sigmoid form of MCA and MIR, with the model's logit bias
+        # the training step clamps the logit scale at CLIP's ln 100; a pretrained SigLIP may sit above it (its
+        # bias is tuned to that temperature): never below the value it starts from
+        self.logit_scale_max = max(math.log(100), float(clip.logit_scale)) if self.sigmoid else math.log(100)
         width = shapes["embed"]
         heads = cfg.heads or predictor_heads(width)
         if width % heads:

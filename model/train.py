@@ -80,6 +80,22 @@ def check_masks(task, samples: list, counts: dict, cfg: TrainConfig) -> None:
         log.info("train %s: %d of %d captions have a grounded region", cfg.mode, with_box, n)
 
 
+def check_tokens(task, samples: list, cfg: TrainConfig) -> None:
+    """The token masks must be in the model's tokenizer: their length is its context, their ids in its
+    vocabulary (token_masks from another tokenizer would crash in the embedding, or train on wrong ids)."""
+    if not samples or not hasattr(task, "text_predictor"):
+        return
+    shapes = tower_shapes(task.clip)
+    text = task.clip.text if hasattr(task.clip, "text") else task.clip
+    context = text.positional_embedding.shape[0]
+    lengths = {len(s.token_ids) for s in samples}
+    top = max(max(s.token_ids) for s in samples)
+    if lengths != {context} or top >= shapes["vocab"]:
+        raise ValueError(f"train {cfg.arch}: the token_masks rows have {sorted(lengths)} positions and ids up to "
+                         f"{top}, the model's text tower {context} positions and {shapes['vocab']} ids: parse the "
+                         f"captions with this architecture's tokenizer (parse.clip_model = {cfg.arch!r})")
+
+
 def scenes_path(cfg: TrainConfig) -> Path:
     return Path(cfg.scenes) if cfg.scenes else Path(cfg.image_root) / f"scenes_{cfg.split}.json"
 
@@ -166,6 +182,7 @@ def setup(cfg: TrainConfig) -> TrainState:
     samples, counts = build_samples({k: Path(v) for k, v in cfg.tables.items()}, cfg.split,
                                     hard_negatives=cfg.hardneg, seed=cfg.seed)
     check_masks(task, samples, counts, cfg)
+    check_tokens(task, samples, cfg)
     dataset = training_dataset(task, cfg, samples, cfg.split, scenes)
     if cfg.batch_size % cfg.accum_steps:
         raise ValueError(f"batch_size {cfg.batch_size} is not divisible by accum_steps {cfg.accum_steps}")
@@ -273,7 +290,7 @@ def train_step(state: TrainState, batch: dict, step: int, stats: bool) -> tuple[
     state.opt.zero_grad(set_to_none=True)
     state.sched.step()
     with torch.no_grad():
-        task.clip.logit_scale.clamp_(0, math.log(100))
+        task.clip.logit_scale.clamp_(0, getattr(task, "logit_scale_max", math.log(100)))
     return terms, lrs
 
 

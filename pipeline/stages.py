@@ -39,13 +39,15 @@ def code_version(*modules: str) -> str:
 
 
 def tree_hash(root: str | Path) -> str:
-    """sha256 over every file under ``root``: its relative path and its bytes, in path order."""
+    """sha256 over every file under ``root``: its relative path and its bytes, each length-prefixed (no two trees
+    hash alike by moving bytes between a name and a content), in path order."""
     root = Path(root)
     h = hashlib.sha256()
     for p in sorted(root.rglob("*")):
         if p.is_file():
-            h.update(str(p.relative_to(root)).encode())
-            h.update(p.read_bytes())
+            for part in (str(p.relative_to(root)).encode(), p.read_bytes()):
+                h.update(len(part).to_bytes(8, "little"))
+                h.update(part)
     return h.hexdigest()
 
 

@@ -94,7 +94,11 @@ def get_tokenizer(model: str = DEFAULT_ARCH):
     if text_cfg is not None:
         return _bpe_module().SimpleTokenizer(context_length=text_cfg.get("context_length", 77),
                                              **text_cfg.get("tokenizer_kwargs", {}))
-    import open_clip  # a local-dir: folder, or a name without a built-in config (open_clip decides)
+    if not arch.startswith("local-dir:"):  # open_clip would fall back to the CLIP BPE, with only a log warning
+        raise ValueError(f"model {model!r}: no open_clip architecture of that name and not a local-dir: folder "
+                         "(a repo SigLIP architecture's tokenizer is its folder's: local-dir:PATH, or "
+                         "built:tokenizer in the flow)")
+    import open_clip
 
     tok = open_clip.get_tokenizer(arch)
     if not (_is_bpe(tok) or _is_hf(tok)):
@@ -113,9 +117,17 @@ def _is_hf(tok) -> bool:
 
 def tokenizer_name(model: str) -> str:
     """The ``token_masks`` key of a model's tokenizer: ``clip-bpe`` for every OpenAI ViT and tiny config (one
-    49408 BPE vocabulary), ``hf:<folder>`` for a local Hugging Face tokenizer."""
+    49408 BPE vocabulary), ``hf:<folder>-<sha256 of its tokenizer files, 8 hex>`` for a local Hugging Face
+    tokenizer (two folders of the same name are two keys)."""
     if model.startswith("local-dir:") and _is_hf(get_tokenizer(model)):
-        return "hf:" + model.removeprefix("local-dir:").rstrip("/").rsplit("/", 1)[-1]
+        import hashlib
+        from pathlib import Path
+
+        folder = Path(model.removeprefix("local-dir:"))
+        h = hashlib.sha256()
+        for f in sorted(folder.glob("*token*")) + sorted(folder.glob("*.model")):  # tokenizer.json, spiece.model
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+        return f"hf:{folder.resolve().name}-{h.hexdigest()[:8]}"
     return "clip-bpe"
 
 
@@ -217,8 +229,11 @@ def _align_hf(tok, caption: str, context_length: int) -> Alignment:
     ids = list(enc["input_ids"])
     if ids != expected:
         raise ValueError("the tokenizer's ids differ from open_clip's for this caption; offsets cannot be kept")
+    # the structural tokens are no caption piece; <unk> is (a masked concept hides its unknown characters too)
+    frame = {t for t in (hf.pad_token_id, hf.eos_token_id, hf.bos_token_id, hf.cls_token_id, hf.sep_token_id)
+             if t is not None}
     pieces = [(pos, where[s], where[e - 1] + 1) for pos, (s, e) in enumerate(enc["offset_mapping"])
-              if e > s and ids[pos] not in hf.all_special_ids]
+              if e > s and ids[pos] not in frame]
     # a SentencePiece word-start marker on its own ("\u2581") belongs to the word it starts: the next piece's span
     tokens = hf.convert_ids_to_tokens([ids[p] for p, _, _ in pieces])
     for k in range(len(pieces) - 2, -1, -1):

