@@ -61,7 +61,8 @@ def export_clip(clip: nn.Module, arch: str, out_dir: str | Path, preprocess_cfg:
     size = visual.image_size[0] if isinstance(visual.image_size, (tuple, list)) else visual.image_size
     # the model's own preprocessing (SigLIP: mean/std 0.5, squash resize), so a local-dir load of the export
     # preprocesses as the model was trained
-    own = {k: list(v) if isinstance(v, tuple) else v for k, v in (getattr(visual, "preprocess_cfg", None) or {}).items()}
+    own = getattr(visual, "preprocess_cfg", None) or {}
+    own = {k: list(v) if isinstance(v, tuple) else v for k, v in own.items()}
     pp = {"size": size, "mode": "RGB", "mean": list(open_clip.OPENAI_DATASET_MEAN),
           "std": list(open_clip.OPENAI_DATASET_STD), "interpolation": "bicubic", "resize_mode": "shortest",
           **own, **(preprocess_cfg or {})}
