@@ -19,6 +19,7 @@ from typing import Callable
 
 from data_schemas import TABLES, is_complete, read_table
 from data_schemas.config import from_dict
+from pipeline.stages import tree_hash
 
 STAGE_FILE = "stage.json"
 
@@ -101,12 +102,6 @@ def _rows(manifest: dict, table: str) -> list[dict]:
     return read_table(TABLES[table], manifest["tables"][table]["dir"]).to_pylist()
 
 
-def _files_hash(root: Path) -> str:
-    from pipeline.stages import tree_hash
-
-    return tree_hash(root)
-
-
 # ---- world (the embedded default's data) ------------------------------------------------------------------
 def _world(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
     from pipeline.world import WorldConfig, generate_world
@@ -114,7 +109,7 @@ def _world(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
     tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex}")  # a killed run leaves no half world at out
     summary = generate_world(tmp, from_dict(WorldConfig, cfg, "world"))
     tmp.mkdir(parents=True, exist_ok=True)
-    content = _files_hash(tmp)
+    content = tree_hash(tmp)
     if out.exists():
         shutil.rmtree(out)
     tmp.replace(out)
@@ -152,7 +147,7 @@ def _tokenizer(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
     folder = build_siglip_folder(train, out / "model", json.loads(arch_file.read_text()), t.context_length,
                                  t.vocab_size, t.clean)
     _logger().info("tokenizer: %s from %d training captions", folder, len(train))
-    return {"folder": folder, "captions": len(train), "content_hash": _files_hash(out / "model"),
+    return {"folder": folder, "captions": len(train), "content_hash": tree_hash(out / "model"),
             "files": [str(out / "model" / "open_clip_config.json")]}
 
 

@@ -25,7 +25,7 @@ from .slots import take
 
 
 def tower_shapes(clip: nn.Module) -> dict[str, int]:
-    """What the training parts are sized by: the text token width and vocabulary, the patch-embedding width,
+    """What the training parts are sized by: the text token width, vocabulary and context, the patch-embedding width,
     the patch grid and size, and the joint embedding width — for CLIP and SigLIP towers alike."""
     visual = clip.visual
     if is_siglip_visual(visual):
@@ -39,7 +39,8 @@ def tower_shapes(clip: nn.Module) -> dict[str, int]:
     proj = text.text_projection
     embed = proj.out_features if isinstance(proj, nn.Linear) else proj.shape[1]
     return {"text_width": text.token_embedding.embedding_dim, "vocab": text.token_embedding.num_embeddings,
-            "image_width": image_width, "grid": grid, "patch": patch, "embed": embed}
+            "context": text.positional_embedding.shape[0], "image_width": image_width, "grid": grid, "patch": patch,
+            "embed": embed}
 
 
 def _check_vision(visual: nn.Module) -> None:

@@ -86,8 +86,7 @@ def check_tokens(task, samples: list, cfg: TrainConfig) -> None:
     if not samples or not hasattr(task, "text_predictor"):
         return
     shapes = tower_shapes(task.clip)
-    text = task.clip.text if hasattr(task.clip, "text") else task.clip
-    context = text.positional_embedding.shape[0]
+    context = shapes["context"]
     lengths = {len(s.token_ids) for s in samples}
     top = max(max(s.token_ids) for s in samples)
     if lengths != {context} or top >= shapes["vocab"]:

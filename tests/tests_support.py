@@ -200,13 +200,3 @@ def build_world_tables(world: Path, out: Path, clip_model: str | None = None) ->
     ground_stage(GroundingConfig(), caps, sg, world, out / "ground",
                  instances=read_instances(world, ["train", "val", "test"]))
     return caps
-
-
-def build_sentencepiece_tokenizer(path: Path, corpus: list[str], context_length: int = 16,
-                                  clean: str = "canonicalize", vocab_size: int = 300,
-                                  model_cfg: dict | None = None) -> str:
-    """A SigLIP-style ``local-dir:`` folder (``pipeline.siglip_folder``): a SentencePiece-style tokenizer trained
-    on ``corpus`` and, with ``model_cfg`` (e.g. macco-siglip-tiny's), a model open_clip builds from it."""
-    from pipeline.siglip_folder import build_siglip_folder
-
-    return build_siglip_folder(corpus, path, model_cfg, context_length, vocab_size, clean)

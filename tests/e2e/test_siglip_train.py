@@ -15,13 +15,13 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def siglip_dir(world, tmp_path_factory):
     from model import CONFIG_DIR
-    from tests_support import build_sentencepiece_tokenizer
+    from pipeline.siglip_folder import build_siglip_folder
 
     coco = json.loads((world / "annotations" / "captions_train2014.json").read_text())
     corpus = [a["caption"] for a in coco["annotations"]]
     cfg = json.loads((CONFIG_DIR / "macco-siglip-tiny.json").read_text())
-    return build_sentencepiece_tokenizer(tmp_path_factory.mktemp("siglip") / "macco-siglip", corpus,
-                                         context_length=32, vocab_size=400, model_cfg=cfg)
+    return build_siglip_folder(corpus, tmp_path_factory.mktemp("siglip") / "macco-siglip", cfg, context_length=32,
+                               vocab_size=400)
 
 
 @pytest.fixture(scope="module")
@@ -109,14 +109,15 @@ def test_every_mode_on_siglip_through_the_flow(harness, tmp_path):
 
     from model import CONFIG_DIR
     from pipeline.world import WorldConfig, generate_world
-    from tests_support import build_sentencepiece_tokenizer, run_flow_states
+    from pipeline.siglip_folder import build_siglip_folder
+    from tests_support import run_flow_states
 
     world_cfg = {"seed": 3, "images": 30, "size": 32, "eval_fraction": 0.3}
     generate_world(tmp_path / "w", WorldConfig(**world_cfg))  # the same world the flow makes: its captions
     coco = json.loads((tmp_path / "w" / "annotations" / "captions_train2014.json").read_text())
-    folder = build_sentencepiece_tokenizer(tmp_path / "siglip", [a["caption"] for a in coco["annotations"]],
-                                           context_length=32, vocab_size=400,
-                                           model_cfg=json.loads((CONFIG_DIR / "macco-siglip-tiny.json").read_text()))
+    folder = build_siglip_folder([a["caption"] for a in coco["annotations"]], tmp_path / "siglip",
+                                 json.loads((CONFIG_DIR / "macco-siglip-tiny.json").read_text()), context_length=32,
+                                 vocab_size=400)
     modes = {"clip-ft": {"mode": "clip-ft"}, "macco": {"mode": "macco"}, "text-only": {"mode": "text-only"},
              "image-only": {"mode": "image-only"}, "macco-no-mca": {"mode": "macco", "mca": False},
              "macco-no-mir": {"mode": "macco", "mir": False}, "macco-hn": {"mode": "macco", "hardneg": True}}

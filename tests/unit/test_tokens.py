@@ -121,9 +121,9 @@ CORPUS = ["a small red circle left of a blue square", "the green triangle is abo
 
 @pytest.fixture(scope="module")
 def sp(tmp_path_factory):
-    from tests_support import build_sentencepiece_tokenizer
+    from pipeline.siglip_folder import build_siglip_folder
 
-    return build_sentencepiece_tokenizer(tmp_path_factory.mktemp("sp") / "tok", CORPUS, context_length=48)
+    return build_siglip_folder(CORPUS, tmp_path_factory.mktemp("sp") / "tok", context_length=48, vocab_size=300)
 
 
 def test_hf_tokenizer_ids_are_open_clips_and_spans_cover_each_occurrence(sp):
