@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["validate.py", "parse.py", "ground.py", "train_step.py", "eval.py", "loader.py", "flow_cached.py"]
+SCRIPTS = ["validate.py", "parse.py", "ground.py", "train_step.py", "threads.py", "eval.py", "loader.py",
+           "flow_cached.py"]
 
 
 def machine() -> str:
