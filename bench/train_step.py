@@ -18,36 +18,50 @@ def synthetic_batch(task, batch: int, device) -> tuple:
     """Random images, 20-token captions, 5 masked tokens per caption and a quarter of the patches masked."""
     import torch
 
-    size = task.grid * task.patch_size
+    from model.masked import tower_shapes
+
+    shapes = tower_shapes(task.clip)  # MaccoTask and SceneTask alike
+    grid, size = shapes["grid"], shapes["grid"] * shapes["patch"]
     images = torch.randn(batch, 3, size, size, device=device)
     texts = torch.randint(1, 49000, (batch, 77), device=device)
     texts[:, 0], texts[:, 20], texts[:, 21:] = 49406, 49407, 0
     tm = torch.zeros(batch, 77, dtype=torch.bool, device=device)
     tm[:, 3:8] = True
-    im = torch.zeros(batch, task.grid ** 2, dtype=torch.bool, device=device)
-    im[:, : task.grid ** 2 // 4] = True
+    im = torch.zeros(batch, grid ** 2, dtype=torch.bool, device=device)
+    im[:, : grid ** 2 // 4] = True
     return images, texts, tm, im
 
 
-def stepper(arch: str, mode: str, batch: int):
-    """A function running one optimiser step of ``mode`` on fixed random inputs; returns its seconds."""
+def stepper(arch: str, mode: str, batch: int, lock_image: bool = False):
+    """A function running one optimiser step of ``mode`` on fixed random inputs; returns its seconds. Mode
+    ``scene`` gets random scene targets for 8 colours, 6 kinds and 2 sizes."""
     import torch
 
     from model.optim import make_optimizer
     from model.runtime import keep_freed_cpu_memory
+    from model.scene import SceneVocab
     from model.train import TrainConfig, build_task
 
     torch.manual_seed(0)
-    cfg = TrainConfig(arch=arch, mode=mode)
-    keep_freed_cpu_memory()  # as the launchers do on CPU (cpu_keep_freed_memory), for both modes
-    task = build_task(cfg)
+    cfg = TrainConfig(arch=arch, mode=mode, lock_image=lock_image)
+    keep_freed_cpu_memory()  # as the launchers do on CPU (cpu_keep_freed_memory), for every mode
+    vocab = SceneVocab(tuple(f"c{i}" for i in range(8)), tuple(f"k{i}" for i in range(6)), ("small", "large"))
+    task = build_task(cfg, vocab)
     opt = make_optimizer(task, cfg, torch.device("cpu"))  # as the training loop builds it
     images, texts, tm, im = synthetic_batch(task, batch, "cpu")
-    sizes = task.step_sizes(texts, tm, im)  # the loop computes them from the host batch
+    if mode == "scene":
+        C, K, S = task.sizes
+        targets = torch.stack([torch.ones(batch, C), torch.ones(batch, C), torch.rand(batch, C),
+                               torch.rand(batch, C), torch.randint(0, K, (batch, C)).float(),
+                               torch.randint(0, S, (batch, C)).float()], dim=-1)  # model.scene.SLOT_FIELDS
+        forward = lambda: task(images, targets, stats=False)  # noqa: E731
+    else:
+        sizes = task.step_sizes(texts, tm, im)  # the loop computes them from the host batch
+        forward = lambda: task(images, texts, tm, im, stats=False, sizes=sizes)  # noqa: E731  (an unlogged step)
 
     def step() -> float:
         t0 = time.perf_counter()
-        out = task(images, texts, tm, im, stats=False, sizes=sizes)  # as the loop on steps it does not log
+        out = forward()
         out["total_loss"].backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
