@@ -18,6 +18,7 @@ import os
 import shutil
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -134,17 +135,46 @@ def _write_part(table: pa.Table, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def _part_info(parts: list[Path]) -> dict[str, dict]:
-    """{part name: rows, bytes, mtime_ns} as written: what a later check compares the files on disk with."""
+    """{part name: rows, bytes, mtime_ns, sha256} as written: what a later check compares the files on disk with
+    (``sha256`` lets ``verify_table(deep=True)`` name the one part that changed)."""
     info = {}
     for p in parts:
         st = p.stat()
-        info[p.name] = {"rows": pq.ParquetFile(p).metadata.num_rows, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+        info[p.name] = {"rows": pq.ParquetFile(p).metadata.num_rows, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
+                        "sha256": _file_sha256(p)}
     return info
 
 
+def _carried_rows(spec: TableSpec, out_dir: Path, replaces: dict[str, Iterable] | None) -> pa.Table | None:
+    """The rows of the table now in ``out_dir`` that a rewrite keeps: those whose ``column`` value is not among
+    the values the new rows replace (``replaces={column: values}``; e.g. an errors table rewritten by the parse
+    stage keeps the captions stage's rows). None without ``replaces`` or without a table there."""
+    if not replaces or not (out_dir / MANIFEST).exists():
+        return None
+    import pyarrow.compute as pc
+
+    old = read_table(spec, out_dir)
+    keep = pa.array([True] * old.num_rows, pa.bool_())
+    for column, values in replaces.items():
+        keep = pc.and_(keep, pc.invert(pc.is_in(old.column(column), value_set=pa.array(sorted(set(values))))))
+    return old.filter(keep)
+
+
 def _finalize(spec: TableSpec, staging: Path, out_dir: Path, config: dict | None, code_version: str,
-              extra: dict | None = None) -> dict:
+              extra: dict | None = None, replaces: dict[str, Iterable] | None = None) -> dict:
+    carried = _carried_rows(spec, out_dir, replaces)
+    if carried is not None and carried.num_rows:
+        n = len(list(staging.glob("part-*.parquet")))
+        _write_part(carried.select(spec.schema.names).cast(spec.arrow_schema), staging / f"part-{n:05d}.parquet")
     parts = sorted(staging.glob("part-*.parquet"))
     if not parts:  # always at least one (possibly empty) part so DuckDB globs resolve
         _write_part(spec.arrow_schema.empty_table(), staging / "part-00000.parquet")
@@ -180,8 +210,11 @@ def _finalize(spec: TableSpec, staging: Path, out_dir: Path, config: dict | None
 
 def write_table(spec: TableSpec, out_dir: str | Path, table: pa.Table | list[pa.Table], *,
                 config: dict | None = None, code_version: str = "", rows_per_part: int = 500_000,
-                extra: dict | None = None) -> dict:
-    """Write ``table`` atomically as ``out_dir/part-*.parquet`` + manifest; returns the manifest."""
+                extra: dict | None = None, replaces: dict[str, Iterable] | None = None) -> dict:
+    """Write ``table`` atomically as ``out_dir/part-*.parquet`` + manifest; returns the manifest.
+
+    ``replaces={column: values}``: the new rows replace only the old table's rows with those values in
+    ``column``; its other rows are carried into the new table (the ``errors`` table shared by several stages)."""
     out_dir = Path(out_dir)
     refuse_unreadable(out_dir)  # before any work; checked again just before the rename
     tables = table if isinstance(table, list) else [table]
@@ -197,7 +230,7 @@ def write_table(spec: TableSpec, out_dir: str | Path, table: pa.Table | list[pa.
                     break
                 _write_part(t.slice(off, rows_per_part), staging / f"part-{i:05d}.parquet")
                 i += 1
-        return _finalize(spec, staging, out_dir, config, code_version, extra)
+        return _finalize(spec, staging, out_dir, config, code_version, extra, replaces)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -234,13 +267,64 @@ class ShardedTableWriter:
         self.spec.assert_conforms(table)
         _write_part(table.select(self.spec.schema.names).cast(self.spec.arrow_schema), self.shard_path(i))
 
-    def finalize(self, *, config: dict | None = None, code_version: str = "", extra: dict | None = None) -> dict:
+    def finalize(self, *, config: dict | None = None, code_version: str = "", extra: dict | None = None,
+                 replaces: dict[str, Iterable] | None = None) -> dict:
         missing = [i for i in range(self.n_shards) if not self.has_shard(i)]
         if missing:
             raise TableError(f"table {self.spec.name}: shards {missing[:10]} not written; cannot finalize")
         for stray in list(self.partial.glob(".*.tmp")) + [self.partial / ".fingerprint"]:
             stray.unlink(missing_ok=True)
-        return _finalize(self.spec, self.partial, self.out_dir, config, code_version, extra)
+        return _finalize(self.spec, self.partial, self.out_dir, config, code_version, extra, replaces)
+
+
+@contextmanager
+def table_lock(out_dir: Path):
+    """An exclusive lock (``flock`` on ``.<name>.lock`` beside the table) held while a writer reads the manifest
+    and writes the next one: concurrent appenders, in threads or processes, take turns and keep every row."""
+    import fcntl
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_dir.with_name(f".{out_dir.name}.lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
+
+
+def append_table(spec: TableSpec, out_dir: str | Path, table: pa.Table, *, config: dict | None = None,
+                 code_version: str = "", legacy: dict[int, tuple[TableSpec, Any]] | None = None) -> dict:
+    """Append ``table``'s rows to the table in ``out_dir`` (created if absent) as one new part; returns the
+    manifest. Parts are never rewritten: under ``table_lock`` the new part is written beside the old ones, then
+    the manifest listing all of them replaces the old manifest atomically. A writer killed before that leaves a
+    part no manifest lists (never read); a table that cannot be read is refused, never replaced.
+
+    ``legacy``: {old schema version: (its spec, a function upgrading its rows)}; a table of such a version is
+    first rewritten, every row upgraded, in the current schema."""
+    out_dir = Path(out_dir)
+    spec.assert_conforms(table)
+    table = table.select(spec.schema.names).cast(spec.arrow_schema)
+    with table_lock(out_dir):
+        refuse_unreadable(out_dir)
+        if not (out_dir / MANIFEST).exists():
+            return write_table(spec, out_dir, table, config=config, code_version=code_version)
+        old = read_manifest(out_dir, spec.name)
+        version = int(old.get("schema_version", -1))
+        if legacy and version in legacy:
+            old_spec, upgrade = legacy[version]
+            old = write_table(spec, out_dir, upgrade(read_table(old_spec, out_dir)), config=old.get("config"),
+                              code_version=old.get("code_version", ""), extra={"upgraded_from_version": version})
+        table_files(spec, out_dir)  # the old parts are still what the manifest says (else: an error, no append)
+        name = f"part-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}.parquet"
+        _write_part(table, out_dir / name)
+        parts = [out_dir / p for p in old["parts"]] + [out_dir / name]
+        info = {**old.get("part_info", {}), **_part_info([out_dir / name])}
+        manifest = {**old, "rows": sum(i["rows"] for i in info.values()), "parts": [p.name for p in parts],
+                    "part_info": info, "content_hash": _sha256_files(parts), "config": config or old.get("config", {}),
+                    "code_version": code_version or old.get("code_version", ""),
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        tmp = out_dir / f".{MANIFEST}.{uuid.uuid4().hex}.tmp"
+        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        apply_umask(tmp)
+        os.replace(tmp, out_dir / MANIFEST)
+        return manifest
 
 
 def _manifest_problem(mpath: Path) -> tuple[dict | None, str | None]:
@@ -353,10 +437,29 @@ def _check_content(path: Path, manifest: dict, name: str) -> None:
                          f"rerun the stage that writes it")
 
 
-def verify_table(path: str | Path, manifest: dict | None = None, table: str | None = None
-                 ) -> dict[str, pq.FileMetaData]:
+def _check_deep(path: Path, manifest: dict, name: str) -> None:
+    """Re-hash every part, trusting no size or mtime: a part whose sha256 is not the one recorded when it was
+    written is named; for a manifest without per-part hashes, the whole content hash is compared."""
+    for part, info in (manifest.get("part_info") or {}).items():
+        if "sha256" in info and part in manifest.get("parts", []):
+            got = _file_sha256(path / part)
+            if got != info["sha256"]:
+                raise TableError(f"table {name}: {path}: {part} has sha256 {got[:12]}, {MANIFEST} recorded "
+                                 f"{info['sha256'][:12]} when it was written (same size and time: edited in "
+                                 f"place); rerun the stage that writes it")
+    if "content_hash" in manifest:
+        got = _sha256_files([path / p for p in manifest.get("parts", [])])
+        if got != manifest["content_hash"]:
+            raise TableError(f"table {name}: {path}: the parts' content hash {got[:12]} differs from {MANIFEST}'s "
+                             f"{str(manifest['content_hash'])[:12]}; rerun the stage that writes it")
+
+
+def verify_table(path: str | Path, manifest: dict | None = None, table: str | None = None, *,
+                 deep: bool = False) -> dict[str, pq.FileMetaData]:
     """Check that the parts are what the manifest says: readable, the row counts of their footers, the
-    content hash (what the manifest records is checked; a foreign manifest may record less).
+    content hash (what the manifest records is checked; a foreign manifest may record less). The content check
+    trusts a part whose size and mtime are as written; ``deep`` re-hashes every part and names the one that
+    differs.
 
     Returns {part: footer}; raises TableError naming the table directory, the part and the mismatch.
     """
@@ -364,7 +467,10 @@ def verify_table(path: str | Path, manifest: dict | None = None, table: str | No
     manifest = read_manifest(path, table) if manifest is None else manifest
     name = table or manifest.get("table") or path.name
     footers = _check_parts(path, manifest, name)
-    _check_content(path, manifest, name)
+    if deep:
+        _check_deep(path, manifest, name)
+    else:
+        _check_content(path, manifest, name)
     return footers
 
 

@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import TABLES
-from ._io import table_files
+from ._io import TableError, TableSpec, read_manifest, table_files, verify_table
 
 DEFAULT_PARAMS = {
     "eot_token_id": 49407,
@@ -27,21 +27,81 @@ class CheckResult:
         return asdict(self)
 
 
+def _dirs(paths) -> list:
+    return paths if isinstance(paths, list) else [paths]
+
+
+def _sql_list(files: list[Path]) -> str:
+    return "[" + ", ".join("'" + str(Path(f).resolve()).replace("'", "''") + "'" for f in files) + "]"
+
+
+def _spec_of(name: str, d) -> TableSpec:
+    """The spec a table directory is read with: its own schema version's (``eval_results`` version 1 too)."""
+    from .eval_results import LEGACY_SPEC
+
+    legacy = name == "eval_results" and int(read_manifest(d, name).get("schema_version", -1)) == LEGACY_SPEC.version
+    return LEGACY_SPEC if legacy else TABLES[name]
+
+
 def parquet_listing(name: str, paths: str | Path | list) -> str:
     """SQL list literal of the validated part files of one table (one or several directories)."""
-    dirs = paths if isinstance(paths, list) else [paths]
-    files = [str(Path(f).resolve()) for d in dirs for f in table_files(TABLES[name], d)]
-    return "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
+    return _sql_list([f for d in _dirs(paths) for f in table_files(TABLES[name], d)])
+
+
+def view_sql(name: str, paths: str | Path | list) -> str:
+    """The select a table's view runs: its validated part files; for ``eval_results`` also the tables written
+    in schema version 1, mapped onto the current columns (the history keeps every row)."""
+    if name != "eval_results":
+        return f"select * from read_parquet({parquet_listing(name, paths)})"
+    from .eval_results import legacy_select
+
+    current = [d for d in _dirs(paths) if _spec_of(name, d) is TABLES[name]]
+    old = [d for d in _dirs(paths) if d not in current]
+    selects = [f"select * from read_parquet({parquet_listing(name, current)})"] if current else []
+    if old:
+        selects.append(legacy_select(_sql_list([f for d in old for f in table_files(_spec_of(name, d), d)])))
+    return " union all by name ".join(selects)
+
+
+def table_paths(tables: dict[str, str | Path | list]) -> list[Path]:
+    """Every validated part file the views of ``tables`` read (what ``macco sql`` lets a query open)."""
+    return [Path(f).resolve() for name, paths in tables.items() for d in _dirs(paths)
+            for f in table_files(_spec_of(name, d), d)]
 
 
 def create_views(con, tables: dict[str, str | Path | list]) -> None:
     for name, paths in tables.items():
-        con.execute(f"create or replace view {name} as select * from read_parquet({parquet_listing(name, paths)})")
+        con.execute(f"create or replace view {name} as {view_sql(name, paths)}")
+
+
+def verify_deep(tables: dict[str, str | Path | list], names: list[str] | None = None) -> None:
+    """Re-hash every part of ``tables`` (or of ``names``) against its manifest, trusting no size or mtime; raises
+    the ``TableError`` naming the first table and part that changed."""
+    for name in names or list(tables):
+        for d in _dirs(tables[name]):
+            verify_table(d, table=name, deep=True)
+
+
+def unreadable(tables: dict[str, str | Path | list], names: list[str], exc: Exception) -> TableError:
+    """The error for a DuckDB failure reading ``names``' parts: the part that changed since it was written when a
+    deep check finds one, else the tables and their folders with DuckDB's message."""
+    try:
+        verify_deep(tables, names)
+    except TableError as found:
+        return TableError(f"{found} (DuckDB: {' '.join(str(exc).split())[:200]})")
+    where = "; ".join(f"table {n}: {', '.join(str(d) for d in _dirs(tables[n]))}" for n in names)
+    return TableError(f"DuckDB could not read the parts of {where}: {' '.join(str(exc).split())[:300]}")
+
+
+def read_failure(exc: Exception, tables: dict[str, str | Path | list]) -> bool:
+    """Whether a DuckDB error is a failure to read one of the tables' part files (not a bad query)."""
+    return any(str(f) in str(exc) for f in table_paths(tables))
 
 
 def run_checks(tables: dict[str, str | Path | list], params: dict | None = None,
                only: list[str] | None = None) -> list[CheckResult]:
-    """Run the checks of every table in ``tables`` ({name: dir(s)}); checks needing absent tables are skipped."""
+    """Run the checks of every table in ``tables`` ({name: dir(s)}); checks needing absent tables are skipped.
+    A part DuckDB cannot read is a ``TableError`` naming the table and, where a deep check finds it, the part."""
     import duckdb
 
     params = {**DEFAULT_PARAMS, **(params or {})}
@@ -59,12 +119,16 @@ def run_checks(tables: dict[str, str | Path | list], params: dict | None = None,
                 continue
             sql = chk.sql.format(**params)
             key = chk.key or spec.key
-            n_bad = con.execute(f"select count(*) from ({sql})").fetchone()[0]
-            examples: list[str] = []
-            if n_bad:
-                cols = ", ".join(key)
-                rows = con.execute(f"select {cols} from ({sql}) limit 5").fetchall()
-                examples = [", ".join(f"{k}={v}" for k, v in zip(key, r)) for r in rows]
+            try:
+                n_bad = con.execute(f"select count(*) from ({sql})").fetchone()[0]
+                examples: list[str] = []
+                if n_bad:
+                    cols = ", ".join(key)
+                    rows = con.execute(f"select {cols} from ({sql}) limit 5").fetchall()
+                    examples = [", ".join(f"{k}={v}" for k, v in zip(key, r)) for r in rows]
+            except (duckdb.IOException, duckdb.InvalidInputException, duckdb.SerializationException) as exc:
+                con.close()
+                raise unreadable(tables, [name, *chk.needs], exc) from exc
             results.append(CheckResult(chk.name, name, int(n_bad), "fail" if n_bad else "pass", examples))
     con.close()
     return results

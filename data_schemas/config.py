@@ -18,6 +18,66 @@ from typing import Any, Literal, Mapping, TypeVar
 T = TypeVar("T")
 
 
+class ConfigError(ValueError):
+    """A config value, key or file that cannot be used: the message names the file or section, the key and what is
+    allowed. ``macco`` prints it as one line (exit 2); the flow fails with it as its one-line message."""
+
+
+class RangeError(ConfigError):
+    """A value out of its range (``check_ranges``); ``from_dict`` names its own section in front of ``detail``."""
+
+    def __init__(self, section: str, detail: str):
+        super().__init__(f"{section} {detail}")
+        self.detail = detail
+
+
+class _UniqueKeyLoader:
+    """Built on first use (yaml is imported lazily): a SafeLoader refusing a key written twice in one mapping."""
+    cls = None
+
+    @classmethod
+    def get(cls):
+        if cls.cls is None:
+            import yaml
+
+            class Loader(yaml.SafeLoader):
+                def construct_mapping(self, node, deep=False):
+                    seen: dict = {}
+                    for key_node, _ in node.value:
+                        key = self.construct_object(key_node, deep=True)
+                        line = key_node.start_mark.line + 1
+                        if key != "<<" and key in seen:
+                            raise ConfigError(f"{self.name}: line {line}: key {key!r} is written twice in one mapping "
+                                              f"(first on line {seen[key]}); the second would silently replace the "
+                                              "first: merge them")
+                        seen[key] = line
+                    return super().construct_mapping(node, deep)
+
+            cls.cls = Loader
+        return cls.cls
+
+
+def load_yaml(path) -> Any:
+    """A YAML config file: ``ConfigError`` (naming file and line) for malformed YAML and for a key written twice in
+    one mapping (a section given twice would otherwise silently replace the first); a missing file is
+    ``FileNotFoundError``."""
+    import yaml
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: config file not found")
+    text = path.read_text(encoding="utf-8")
+    loader = _UniqueKeyLoader.get()(text)
+    loader.name = str(path)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from exc
+    finally:
+        loader.dispose()
+
+
 @lru_cache(maxsize=None)
 def field_types(cls) -> dict[str, Any]:
     """{field name: resolved annotation} of a config dataclass."""
@@ -52,7 +112,7 @@ def check_choices(obj, section: str) -> None:
         allowed = choices(type(obj), f.name)
         value = getattr(obj, f.name)
         if allowed is not None and value not in allowed and not (value is None and _optional(type(obj), f.name)):
-            raise ValueError(f"{section} {f.name}: {value!r} is not one of {list(allowed)}")
+            raise ConfigError(f"{section} {f.name}: {value!r} is not one of {list(allowed)}")
 
 
 def _optional(cls, name: str) -> bool:
@@ -63,7 +123,7 @@ def coerce(cls, name: str, value, section: str):
     """``value`` (from YAML, JSON or a command line) as field ``name``'s type; an error names section and key."""
     if value is None:
         if not _optional(cls, name):
-            raise ValueError(f"{section} {name}: None is not allowed ({_describe(field_types(cls)[name])})")
+            raise ConfigError(f"{section} {name}: None is not allowed ({_describe(field_types(cls)[name])})")
         return None
     want = value_type(cls, name)
     allowed = choices(cls, name)
@@ -71,18 +131,18 @@ def coerce(cls, name: str, value, section: str):
         if isinstance(value, bool):  # YAML 1.1 read on/off as a boolean
             if "on" in allowed:
                 return "on" if value else "off"
-            raise ValueError(f"{section} {name}: YAML read {value!r} as a boolean; quote the value")
+            raise ConfigError(f"{section} {name}: YAML read {value!r} as a boolean; quote the value")
         if isinstance(value, (int, float)) and all(isinstance(a, str) for a in allowed):
             value = str(value)  # e.g. captions_per_image: 1
         if value not in allowed:
-            raise ValueError(f"{section} {name}: {value!r} is not one of {list(allowed)}")
+            raise ConfigError(f"{section} {name}: {value!r} is not one of {list(allowed)}")
         return value
     try:
         return _as(want, value, name, section)
     except (TypeError, ValueError, OverflowError) as exc:
         if str(exc).startswith(f"{section} {name}:"):
             raise
-        raise ValueError(f"{section} {name}: {value!r} is not a valid {_describe(field_types(cls)[name])}") \
+        raise ConfigError(f"{section} {name}: {value!r} is not a valid {_describe(field_types(cls)[name])}") \
             from exc
 
 
@@ -97,7 +157,7 @@ def _as(want, value, name: str, section: str):
         raise ValueError(value)
     if want is str:
         if isinstance(value, bool):
-            raise ValueError(f"{section} {name}: YAML read {value!r} as a boolean; quote the value")
+            raise ConfigError(f"{section} {name}: YAML read {value!r} as a boolean; quote the value")
         if not isinstance(value, (str, int, float)):
             raise TypeError(value)
         return str(value)
@@ -151,11 +211,14 @@ def from_dict(cls: type[T], data: Mapping | None, section: str, **fixed) -> T:
     known = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ValueError(f"{section}: unknown key(s) {unknown}; known: {sorted(known)}")
+        raise ConfigError(f"{section}: unknown key(s) {unknown}; known: {sorted(known)}")
     taken = sorted(set(data) & set(fixed))
     if taken:
-        raise ValueError(f"{section}: {taken} cannot be set here (the caller sets them)")
-    return cls(**{k: coerce(cls, k, v, section) for k, v in data.items()}, **fixed)
+        raise ConfigError(f"{section}: {taken} cannot be set here (the caller sets them)")
+    try:
+        return cls(**{k: coerce(cls, k, v, section) for k, v in data.items()}, **fixed)
+    except RangeError as exc:  # raised by the dataclass's __post_init__ under its own section name
+        raise RangeError(section, exc.detail) from None
 
 
 def defaults(cls) -> dict:
@@ -167,3 +230,33 @@ def defaults(cls) -> dict:
         elif f.default_factory is not dataclasses.MISSING:
             out[f.name] = f.default_factory()
     return out
+
+
+# ---- value ranges (every config dataclass's __post_init__) -----------------------------------------------
+_RULES = {
+    "positive": (lambda v: v > 0, "must be > 0"),
+    "non_negative": (lambda v: v >= 0, "must be >= 0"),
+    "probability": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+}
+
+
+def check_ranges(obj, section: str, **rules: tuple[str, ...]) -> None:
+    """Every named field of ``obj`` in its range: ``positive=("batch_size", ...)``, ``non_negative=(...)``,
+    ``probability=(...)``; a field that is None is not checked, a tuple/list field is checked item by item, a dict
+    field value by value. Raises ``ValueError`` naming the section, the key and the rule (a config error)."""
+    import math
+
+    for rule, names in rules.items():
+        ok, what = _RULES[rule]
+        for name in names:
+            value = getattr(obj, name)
+            items = value.items() if isinstance(value, dict) else \
+                ((f"[{i}]", v) for i, v in enumerate(value)) if isinstance(value, (tuple, list)) else [("", value)]
+            for sub, v in items:
+                if v is None:
+                    continue
+                bad = isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                    (isinstance(v, float) and math.isnan(v)) or not ok(v)
+                if bad:
+                    key = f"{name}.{sub}" if isinstance(value, dict) else f"{name}{sub}"
+                    raise RangeError(section, f"{key}: {v!r} {what}")

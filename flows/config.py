@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-import yaml
+from data_schemas.config import ConfigError
 
 STAGES = ("world", "captions", "tokenizer", "parse", "ground", "masks", "validate", "train", "evaluate", "report")
 
@@ -86,9 +86,39 @@ def check_sections(cfg: dict) -> None:
     settings = cfg["evaluate"]["settings"]
     flow_set = sorted({"model", "checkpoint", "roots"} & set(settings))
     if flow_set:
-        raise ValueError(f"config evaluate.settings: {flow_set} are set by the flow (each run's model and weights; "
-                         "evaluate.roots)")
+        raise ConfigError(f"config evaluate.settings: {flow_set} are set by the flow (each run's model and weights; "
+                          "evaluate.roots)")
     from_dict(EvalConfig, settings, "config evaluate.settings")
+    _check_plan(cfg)
+
+
+def _is_int(v, low: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def _check_plan(cfg: dict) -> None:
+    """The flow's own keys (which runs and seeds, processes, what to evaluate): types and ranges."""
+    from model.benchmarks.registry import BENCHMARKS
+
+    train, ev = cfg["train"], cfg["evaluate"]
+    if not isinstance(train["runs"], dict) or not all(isinstance(r, dict) for r in train["runs"].values()):
+        raise ConfigError(f"config train.runs: a mapping of run name -> training section, not {train['runs']!r}")
+    for where, seeds in [("train.seeds", train["seeds"]),
+                         *((f"train.runs.{n}.seeds", r["seeds"]) for n, r in train["runs"].items() if "seeds" in r)]:
+        if not isinstance(seeds, list) or not seeds or not all(_is_int(x, 0) for x in seeds) \
+                or len(set(seeds)) != len(seeds):
+            raise ConfigError(f"config {where}: {seeds!r}: a non-empty list of distinct integers >= 0 expected")
+    for where, value, low in (("train.torchrun_nproc", train["torchrun_nproc"], 1),
+                              ("dask.local_workers", cfg["dask"]["local_workers"], 0)):
+        if not _is_int(value, low):
+            raise ConfigError(f"config {where}: {value!r} must be an integer >= {low}")
+    if ev["benchmarks"] != "all" and (not isinstance(ev["benchmarks"], list)
+                                      or not set(ev["benchmarks"]) <= set(BENCHMARKS)):
+        raise ConfigError(f"config evaluate.benchmarks: {ev['benchmarks']!r}: 'all' or a list of {list(BENCHMARKS)}")
+    if ev["models"] != "all" and not isinstance(ev["models"], list):
+        raise ConfigError(f"config evaluate.models: {ev['models']!r}: 'all' or a list of run names")
+    if not isinstance(ev["probes"], bool):
+        raise ConfigError(f"config evaluate.probes: {ev['probes']!r} must be true or false")
 
 
 def run_archs(train: dict) -> list[tuple[str, str]]:
@@ -112,13 +142,13 @@ def _check_tokenizers(cfg: dict) -> None:
     used = [("parse.clip_model", parse), *archs, *(("masks.models", m) for m in cfg["masks"]["models"])]
     if cfg["tokenizer"]["arch"] is None and any(v == BUILT for _, v in used):
         where = ", ".join(k for k, v in used if v == BUILT)
-        raise ValueError(f"config {where}: {BUILT!r} names the folder the tokenizer stage builds, but "
-                         "tokenizer.arch is not set")
+        raise ConfigError(f"config {where}: {BUILT!r} names the folder the tokenizer stage builds, but "
+                          "tokenizer.arch is not set")
     for where, arch in archs:
         if folder(arch) != folder(parse):
-            raise ValueError(f"config {where}: {arch!r} and parse.clip_model {parse!r} tokenize differently (a model "
-                             "folder has its own tokenizer): the token masks must be parsed with the trained "
-                             "model's tokenizer")
+            raise ConfigError(f"config {where}: {arch!r} and parse.clip_model {parse!r} tokenize differently (a model "
+                              "folder has its own tokenizer): the token masks must be parsed with the trained "
+                              "model's tokenizer")
 
 
 def use_built_folder(cfg: dict, folder: str) -> dict:
@@ -146,7 +176,7 @@ def base_sections(base: dict | list | None) -> list[dict]:
     if isinstance(base, dict):
         return [base]
     if not all(isinstance(b, dict) for b in base):
-        raise ValueError(f"config train.base: a section or a list of sections, not {base!r}")
+        raise ConfigError(f"config train.base: a section or a list of sections, not {base!r}")
     return list(base)
 
 
@@ -154,7 +184,9 @@ def _merge(base: dict, over: dict, path: str = "") -> dict:
     out = copy.deepcopy(base)
     for k, v in (over or {}).items():
         if k not in base:
-            raise ValueError(f"config: unknown key {path + k!r} (known: {sorted(base)})")
+            raise ConfigError(f"config: unknown key {path + k!r} (known: {sorted(base)})")
+        if isinstance(base[k], dict) and v is not None and not isinstance(v, dict):
+            raise ConfigError(f"config {path + k}: a mapping expected, got {v!r}")
         if isinstance(base[k], dict) and isinstance(v, dict) and k not in ("runs", "common", "roots", "settings",
                                                                           "params", "base"):
             out[k] = _merge(base[k], v, f"{path}{k}.")
@@ -164,12 +196,11 @@ def _merge(base: dict, over: dict, path: str = "") -> dict:
 
 
 def load_config(path: str | Path | None, overrides: dict | None = None) -> dict:
-    data = {}
-    if path:
-        p = Path(path)
-        if not p.exists():
-            raise FileNotFoundError(f"{p}: config file not found")
-        data = yaml.safe_load(p.read_text()) or {}
+    from data_schemas.config import load_yaml
+
+    data = (load_yaml(path) or {}) if path else {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a mapping of sections expected, got {type(data).__name__}")
     cfg = _merge(DEFAULTS, data)
     if overrides:
         cfg = _merge(cfg, overrides)

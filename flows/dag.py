@@ -22,6 +22,7 @@ from data_schemas.config import from_dict
 from pipeline.stages import tree_hash
 
 STAGE_FILE = "stage.json"
+FILE_LIST = "files.json"  # a stage's many files and their sizes (the world), checked by stage_done
 
 
 @dataclass(frozen=True)
@@ -42,16 +43,37 @@ class Stage:
 
 # ---- manifests --------------------------------------------------------------------------------------------
 def stage_done(d: str | Path) -> bool:
-    """The one rule for "already done": ``stage.json`` exists and every table and file it lists is complete."""
+    """The one rule for "already done": ``stage.json`` exists and every table and file it lists is complete (a
+    table: its parts as written, ``data_schemas.is_complete``; a file: present with the size it had when the
+    stage finished)."""
     p = Path(d) / STAGE_FILE
     if not p.exists():
         return False
     m = json.loads(p.read_text())
+    sizes = m.get("file_bytes", {})
+    if "file_list" in m:  # a stage of many files (the world's images) lists them beside stage.json
+        listed = Path(d) / m["file_list"]
+        if not listed.is_file():
+            return False
+        sizes = {str(Path(d) / f): n for f, n in json.loads(listed.read_text()).items()}
     return all(is_complete(t["dir"]) for t in m.get("tables", {}).values()) and \
-        all(Path(f).exists() for f in m.get("files", []))
+        all(_file_as_written(f, sizes.get(f)) for f in [*m.get("files", []), *sizes])
+
+
+def _file_as_written(path: str, size: int | None) -> bool:
+    """The file exists and, where its size was recorded, still has it."""
+    try:
+        st = Path(path).stat()
+    except OSError:  # missing
+        return False
+    return size is None or st.st_size == size
 
 
 def write_stage(d: Path, manifest: dict) -> dict:
+    """Write ``stage.json`` atomically; the size of every file it lists is recorded (``file_bytes``) for
+    ``stage_done``."""
+    if manifest.get("files"):
+        manifest = {**manifest, "file_bytes": {f: Path(f).stat().st_size for f in manifest["files"]}}
     tmp = d / f".{STAGE_FILE}.{uuid.uuid4().hex}"
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
     tmp.replace(d / STAGE_FILE)
@@ -114,7 +136,11 @@ def _world(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
         shutil.rmtree(out)
     tmp.replace(out)
     _logger().info("world: %s", {s: v["images"] for s, v in summary["splits"].items()})
-    return {"content_hash": content, "summary": summary}
+    # every file the world holds (images, annotations, benchmark sets) with its size, listed beside stage.json:
+    # a deleted or resized one makes the world not done (stage_done), so it is regenerated, not served Cached
+    listing = {str(p.relative_to(out)): p.stat().st_size for p in sorted(out.rglob("*")) if p.is_file()}
+    (out / FILE_LIST).write_text(json.dumps(listing, sort_keys=True))
+    return {"content_hash": content, "summary": summary, "file_list": FILE_LIST}
 
 
 # ---- captions ---------------------------------------------------------------------------------------------

@@ -16,6 +16,9 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger, unmapped
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.states import Failed
+
+from data_schemas.config import ConfigError
 
 from flows.config import STAGES, base_sections, key_of, load_config, use_built_folder
 from flows.dag import BY_NAME, PREPROCESSING, Stage, folder_key, read_stage, stage_done, stage_key
@@ -26,6 +29,9 @@ def _version(*modules: str) -> str:
     from pipeline.stages import code_version
 
     return code_version(*modules)
+
+
+HISTORY = "eval_results"  # artifacts/eval_results: every evaluation's rows, appended (never replaced)
 
 
 class StageMissing(RuntimeError):
@@ -69,7 +75,7 @@ class _Runner:
     def __init__(self, cfg: dict, stages: list[str], force: list[str]):
         unknown = sorted(set(stages) - set(STAGES)) + sorted(set(force) - set(STAGES))
         if unknown:
-            raise ValueError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
+            raise ConfigError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
         self.cfg, self.stages, self.force = cfg, stages, force
         self.art = Path(cfg["artifacts"])
         self.log = get_run_logger()
@@ -132,8 +138,12 @@ class _Runner:
 @flow(name="macco", log_prints=True)
 def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None = None,
                    force: list[str] | None = None, overrides: dict | None = None) -> dict:
-    cfg = load_config(config, overrides)
-    r = _Runner(cfg, list(stages or STAGES), list(force or []))
+    try:
+        cfg = load_config(config, overrides)
+        r = _Runner(cfg, list(stages or STAGES), list(force or []))
+    except (ConfigError, FileNotFoundError) as exc:  # the run fails with the one line, not a traceback
+        get_run_logger().error("%s", exc)
+        return Failed(message=f"config error: {exc}")
     out: dict = {"config": config}
 
     # the source: the world (the embedded default), a COCO-layout root, or CSV/TSV, image folder, webdataset;
@@ -162,8 +172,7 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
               "scene_graphs": parse["tables"]["scene_graphs"]["dir"],
               "token_masks": parse["tables"]["token_masks"]["dir"], "regions": ground["tables"]["regions"]["dir"],
               "patch_masks": masks["tables"]["patch_masks"]["dir"],
-              "errors": [captions["tables"]["errors"]["dir"], parse["tables"]["errors"]["dir"],
-                         ground["tables"]["errors"]["dir"]]}
+              "errors": [m[s]["tables"]["errors"]["dir"] for s in ("captions", "parse", "ground", "masks")]}
     key = key_of("validate", captions["content_hash"], parse["content_hash"], ground["content_hash"],
                  masks["content_hash"], cfg["validate"], _version("data_schemas.checks", *(
                      f"data_schemas.{t}" for t in ("captions", "scene_graphs", "token_masks", "regions",
@@ -262,7 +271,7 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
                        eval_code, probe_key)
             evals.setdefault(label, []).append(
                 r.call("evaluate", evaluate_task, r.dir("evaluate", k), k, label=run["name"], run=run,
-                       eval_cfg=eval_cfg, probe_cfg=probe_cfg))
+                       eval_cfg=eval_cfg, history=str(r.art / HISTORY), probe_cfg=probe_cfg))
     out["evaluate"] = evals
 
     if "report" in r.stages:

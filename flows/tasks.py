@@ -51,14 +51,15 @@ def shard_task(name: str, inputs: dict, cfg: dict, out: str, shard: int, key: st
     return shard
 
 
-# ---- validate (the gate; never cached: it publishes its artifact every run) -------------------------------
+# ---- validate (the gate; never cached: it publishes its artifact every run; it re-hashes every part) -------
 @task(name="validate", task_run_name="validate")
 def validate_task(tables: dict, params: dict, out: str, key: str) -> dict:
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-    from data_schemas.checks import run_checks
+    from data_schemas.checks import run_checks, verify_deep
     from pipeline.validate import ValidationFailed, format_results
 
+    verify_deep(tables)  # every part re-hashed: a part edited in place (same size and time) is named, not trusted
     results = run_checks(tables, params)
     rows = [r.as_dict() | {"examples": "; ".join(r.examples)} for r in results]
     create_table_artifact(key="mask-table-checks", table=rows, description="DuckDB checks over the mask tables")
@@ -134,8 +135,8 @@ def train_task(name: str, settings: dict, out: str, key: str, nproc: int = 1) ->
     logger.info("train %s: %d steps, last %s", name, summary["steps"],
                 {k: v for k, v in last.items() if k.endswith("loss")})
     if summary.get("skipped_images"):
-        logger.warning("train %s: %d unreadable training image(s) skipped (within max_skipped_fraction), e.g. %s",
-                       name, summary["skipped_images"], summary["skipped_examples"][:3])
+        logger.warning("train %s: %d unreadable or resized training image(s) skipped (within "
+                       "max_skipped_fraction), e.g. %s", name, summary["skipped_images"], summary["skipped_examples"][:3])
     exp = summary["export"]
     return write_stage(out, {"stage": "train", "name": name, "key": key, "dir": str(out), "export_dir": exp["dir"],
                              "skipped_images": summary.get("skipped_images", 0),
@@ -148,17 +149,19 @@ def train_task(name: str, settings: dict, out: str, key: str, nproc: int = 1) ->
 
 # ---- evaluate ---------------------------------------------------------------------------------------------
 @cached_task(name="evaluate", task_run_name="evaluate-{label}")
-def evaluate_task(label: str, run: dict | None, eval_cfg: dict, out: str, key: str,
+def evaluate_task(label: str, run: dict | None, eval_cfg: dict, out: str, key: str, history: str,
                   probe_cfg: dict | None = None) -> dict:
-    """The benchmarks, and on the synthetic world (``probe_cfg``: world root and tables) the probes."""
-    from model.benchmarks import EvalConfig, evaluate
+    """The benchmarks, and on the synthetic world (``probe_cfg``: world root and tables) the probes; the rows are
+    appended to the ``eval_results`` history in ``history`` (once the evaluation is complete: a failed one adds
+    nothing). A Cached evaluation adds no rows; a forced one adds a new set with its own eval_id and time."""
+    from model.benchmarks import EvalConfig, append_results, evaluate
 
     out = Path(out)
     if stage_done(out):
         return read_stage(out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = from_dict(EvalConfig, eval_cfg, "evaluate.settings", model=run["arch"], checkpoint=run["export_pt"])
-    res = evaluate(cfg, list(cfg.roots), out / "results.json", results_table=out / "eval_results")
+    res = evaluate(cfg, list(cfg.roots), run=label)
     res["label"] = label
     if probe_cfg is not None:
         from model.probes import ProbeConfig, probe
@@ -166,10 +169,13 @@ def evaluate_task(label: str, run: dict | None, eval_cfg: dict, out: str, key: s
         res["probes"] = probe(run["arch"], run["export_pt"], ProbeConfig(world=probe_cfg["world"]),
                               run.get("checkpoint"), probe_cfg["tables"])
     (out / "results.json").write_text(json.dumps(res, indent=2, default=str))
-    get_run_logger().info("evaluate %s: %s", label, {b: {k: round(v, 4) for k, v in r["groups"].items()
-                                                       if isinstance(v, float)} for b, r in res["benchmarks"].items()})
+    append_results(history, res, cfg)
+    get_run_logger().info("evaluate %s: %s (eval_id %s, appended to %s)", label,
+                          {b: {k: round(v, 4) for k, v in r["groups"].items() if isinstance(v, float)}
+                           for b, r in res["benchmarks"].items()}, res["eval_id"], history)
     return write_stage(out, {"stage": "evaluate", "label": label, "key": key, "dir": str(out),
                              "results": str(out / "results.json"), "files": [str(out / "results.json")],
+                             "eval_id": res["eval_id"], "history": history,
                              "content_hash": hashlib.sha256((out / "results.json").read_bytes()).hexdigest()})
 
 

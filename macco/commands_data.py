@@ -164,13 +164,13 @@ def _read_parse_input(args):
 
 
 def _add_input_errors(errors_dir: Path, rows: list[dict]) -> dict:
-    """Rewrite the parse errors table with the input's bad items (stage ``captions``) in front."""
-    from data_schemas import TABLES, read_manifest, read_table, write_table
+    """The input file's bad items (stage ``captions``) into the errors table, replacing only that stage's rows."""
+    from data_schemas import TABLES, write_table
+    from pipeline.stages import only_stage
 
-    spec, m = TABLES["errors"], read_manifest(errors_dir)
-    return write_table(spec, errors_dir, [spec.from_rows(rows), read_table(spec, errors_dir)],
-                       config=m.get("config"), code_version=m.get("code_version", ""),
-                       extra={k: m[k] for k in ("shards", "shard_size") if k in m})
+    spec = TABLES["errors"]
+    return write_table(spec, errors_dir, spec.from_rows(rows), config={"input": "macco parse"},
+                       replaces=only_stage("captions"))
 
 
 def cmd_parse(args) -> int:
@@ -250,9 +250,20 @@ def cmd_masks(args) -> int:
     root = Path(args.tables)
     caps = read_table(TABLES["captions"], _find(root, "captions")).to_pylist()
     regions = read_table(TABLES["regions"], _find(root, "regions")).to_pylist()
-    m = patches_stage(args.model or [DEFAULT_ARCH], caps, regions, Path(args.out or root / "ground"))
+    out = Path(args.out or root / "ground")
+    m = patches_stage(args.model or [DEFAULT_ARCH], caps, regions, out)
     _print_manifests(m)
+    _print_errors(m["errors"], out / "errors")
+    print(f"wrote {out / 'patch_masks'} and {out / 'errors'}")
     return 0
+
+
+def _print_errors(manifest: dict, errors_dir: Path) -> None:
+    """The error rows of a stage's errors table by stage and reason (what ``macco inspect`` also shows)."""
+    from pipeline.inspection import summarize
+
+    errs = summarize({"errors": errors_dir}).get("errors", []) if manifest["rows"] else []
+    print(f"errors: {sum(e[2] for e in errs)} " + ", ".join(f"{e[0]}/{e[1]}={e[2]}" for e in errs))
 
 
 def cmd_show_masks(args) -> int:

@@ -30,7 +30,10 @@ def add_parsers(sub) -> None:
     ev.add_argument("--root", type=Path, help="the benchmark's root directory (one benchmark)")
     ev.add_argument("--world", type=Path, help="a synthetic world: its benchmarks/ sets")
     ev.add_argument("--out", type=Path, help="JSON results file")
-    ev.add_argument("--results-table", type=Path, help="append rows to this eval_results table directory")
+    ev.add_argument("--results-table", type=Path, help="append this evaluation's rows to the eval_results history in "
+                    "this table directory (created if absent; earlier rows are never replaced)")
+    ev.add_argument("--run", metavar="LABEL", help="the run label of the rows (default: the weights file's name, "
+                    "else the model's)")
     add_flags(ev, EvalConfig, EVAL_FLAGS, help={
         "autocast": "autocast (default fp32)", "strict": "missing images are fatal",
         "activation": "MLP activation of the evaluated towers: auto = what resolve_arch decides, the training "
@@ -70,9 +73,9 @@ def add_parsers(sub) -> None:
 
     ru = sub.add_parser("run", help="run the whole DAG (the Prefect flow, without a deployment)")
     ru.add_argument("--config", default="configs/demo.yaml")
-    ru.add_argument("--stages", nargs="+", help="stages to run (default: all): " + " ".join(
-        ("world", "captions", "parse", "ground", "masks", "validate", "train", "evaluate", "report")))
-    ru.add_argument("--force", nargs="+", default=[], help="stages to redo even if cached")
+    ru.add_argument("--stages", nargs="+", metavar="STAGE", help="stages to run (default: all): " + " ".join(
+        ("world", "captions", "tokenizer", "parse", "ground", "masks", "validate", "train", "evaluate", "report")))
+    ru.add_argument("--force", nargs="+", default=[], metavar="STAGE", help="stages to redo even if cached")
     ru.set_defaults(fn=cmd_run)
 
 
@@ -130,15 +133,19 @@ def _run_eval(args, roots: dict, names: list[str], EvalConfig, evaluate) -> dict
                     checkpoint=args.checkpoint, roots=roots, order_image_roots=order_roots,
                     valse_image_roots=valse_roots,
                     winoground_clean_ids=str(args.winoground_clean_ids) if args.winoground_clean_ids else None)
-    return evaluate(cfg, names, args.out, args.results_table)
+    return evaluate(cfg, names, args.out, args.results_table, run=args.run)
 
 
 def cmd_run(args) -> int:
     import os
     import time
 
-    from flows.config import load_config
+    from data_schemas.config import ConfigError
+    from flows.config import STAGES, load_config
 
+    unknown = sorted(set(args.stages or []) - set(STAGES)) + sorted(set(args.force) - set(STAGES))
+    if unknown:
+        raise ConfigError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
     cfg = load_config(args.config)
     os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(Path(cfg["artifacts"]).resolve() / ".prefect-results"))
     os.environ.setdefault("PREFECT_HOME", str(Path(".prefect").resolve()))

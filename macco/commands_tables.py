@@ -10,6 +10,8 @@ def add_parsers(sub) -> None:
     v = sub.add_parser("validate", help="run the DuckDB checks over tables; non-zero exit on failure")
     v.add_argument("path", type=Path, help="an artifacts root or one table directory")
     v.add_argument("--params", help='JSON thresholds, e.g. {"min_text_mask_coverage": 0.8}')
+    v.add_argument("--deep", action="store_true", help="first re-hash every part against its manifest (trusting "
+                   "no size or mtime) and name the table and part that changed")
     v.set_defaults(fn=cmd_validate)
 
     i = sub.add_parser("inspect", help="summarise the tables and write macco.duckdb with a view per table")
@@ -46,8 +48,13 @@ def add_parsers(sub) -> None:
 def cmd_validate(args) -> int:
     from pipeline.validate import discover_tables, format_results, validate
 
+    from data_schemas.checks import verify_deep
+
     tables = discover_tables(args.path)
     params = json.loads(args.params) if args.params else None
+    if args.deep:
+        verify_deep(tables)  # a changed part: one line naming the table and the part (exit 2)
+        print(f"deep check: every part of {len(tables)} table(s) is as written")
     results = validate(tables, params, strict=False)
     print(format_results(results))
     failed = [r for r in results if r.status == "fail"]
@@ -79,7 +86,7 @@ def cmd_inspect(args) -> int:
 def cmd_sql(args) -> int:
     import duckdb
 
-    from pipeline.inspection import format_rows, query, query_error, write_csv, write_json
+    from pipeline.inspection import QueryRefused, format_rows, query, query_error, write_csv, write_json
     from pipeline.validate import discover_tables
 
     tables = discover_tables(args.root)
@@ -89,7 +96,14 @@ def cmd_sql(args) -> int:
     limit = None if args.csv or args.json or args.limit <= 0 else args.limit
     try:
         cols, rows, total = query(tables, args.query, limit)
+    except QueryRefused as exc:
+        print(f"macco sql: {exc}", file=sys.stderr)
+        return 2
     except duckdb.Error as exc:
+        from data_schemas.checks import read_failure, unreadable
+
+        if read_failure(exc, tables):  # a damaged part: one line from main(), naming the table and the part
+            raise unreadable(tables, list(tables), exc) from exc
         hint = f" (views: {', '.join(sorted(tables))})" if isinstance(exc, duckdb.CatalogException) else ""
         print(f"macco sql: {query_error(exc)}{hint}", file=sys.stderr)
         return 2
@@ -97,10 +111,8 @@ def cmd_sql(args) -> int:
         write_csv(cols, rows, sys.stdout)
     elif args.json:
         write_json(cols, rows, sys.stdout)
-    elif cols:
-        print(format_rows(cols, rows, total))
     else:
-        print("ok (no result)")
+        print(format_rows(cols, rows, total))
     return 0
 
 

@@ -4,8 +4,9 @@ Per sample: the tracking RandomResizedCrop (scale 0.9-1, ratio 3/4-4/3, bicubic,
 recomputed from the boxes and the sampled crop (boxes outside the crop mark nothing); the region of **one**
 random phrase masked, or with probability ``rect_prob`` a random rectangle of ~``rect_ratio`` of the (correct)
 grid; the text mask = every relation and attribute token. Randomness is keyed on (seed, epoch, index), so a
-resumed run sees exactly the batches an uninterrupted run would. Unreadable images are skipped and named
-(training fails past ``max_skipped_fraction``); images load as displayed (EXIF orientation applied).
+resumed run sees exactly the batches an uninterrupted run would. Unreadable images, and images whose displayed
+size (EXIF orientation applied) is not the captions table's width x height, are skipped and named (training fails
+past ``max_skipped_fraction``).
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class Sample:
     text_positions: list[int]
     phrase_boxes: list[list[list[float]]]  # per grounded phrase, its boxes (original pixels)
     hard_negative: str | None = None
+    size: tuple[int, int] = (0, 0)  # (width, height) the captions table records (the boxes' frame); 0: unknown
 
 
 @dataclass
@@ -111,7 +113,8 @@ def build_samples(tables: dict[str, Path], split: str | None = "train", mask_kin
         phrase_boxes = [v for _, v in sorted(boxes.get(cid, {}).items())]
         counts["no_region"] += not phrase_boxes
         neg = swap_negative(caps[cid]["caption"], concepts.get(cid, []), rng) if hard_negatives else None
-        out.append(Sample(cid, caps[cid]["file_name"], t["token_ids"], pos, phrase_boxes, neg))
+        out.append(Sample(cid, caps[cid]["file_name"], t["token_ids"], pos, phrase_boxes, neg,
+                          (caps[cid]["width"], caps[cid]["height"])))
     return out, counts
 
 
@@ -182,6 +185,11 @@ class MaccoDataset(Dataset):
         except (OSError, ValueError) as exc:
             log.warning("skipping unreadable image %s (caption %s): %s", path, s.caption_id, exc)
             return {"skipped": (s.caption_id, str(path), f"{type(exc).__name__}: {exc}")}
+        if all(s.size) and img.size != tuple(s.size):  # replaced since the tables: its boxes would be misplaced
+            why = (f"image_size_mismatch: the image is {img.width}x{img.height} as displayed, the captions table "
+                   f"says {s.size[0]}x{s.size[1]} (its boxes and patch masks are in that frame)")
+            log.warning("skipping image %s (caption %s): %s", path, s.caption_id, why)
+            return {"skipped": (s.caption_id, str(path), why)}
         x, crop = self._crop(img, rng)
         g = self.geo.grid
         image_mask = torch.zeros(g * g, dtype=torch.bool)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 class TooManySkipped(RuntimeError):
-    """More unreadable training images than ``max_skipped_fraction`` allows: the run would report success on
+    """More unreadable (or resized) training images than ``max_skipped_fraction`` allows: the run would report success on
     data it did not use."""
 
 
@@ -33,7 +33,7 @@ class SkipCount:
         self.examples += skipped[:max(0, 20 - len(self.examples))]
         drawn = steps_done * self.cfg.batch_size
         if self.n > self.cfg.max_skipped_fraction * drawn and drawn >= self.cfg.batch_size:
-            raise TooManySkipped(f"{self.n} of {drawn} training images drawn so far could not be read (more than "
+            raise TooManySkipped(f"{self.n} of {drawn} training images drawn so far could not be used: unreadable or resized (more than "
                                  f"max_skipped_fraction={self.cfg.max_skipped_fraction}); e.g. "
                                  + "; ".join(f"caption {c}: {p} ({why})" for c, p, why in self.examples[:3]))
 

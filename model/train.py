@@ -330,7 +330,7 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dic
     summary = {"steps": state.total, "start_step": state.start, "samples": state.counts, **skips.summary(),
                "history": run_log.history}
     if skips.n:
-        log.warning("train %s: %d unreadable image(s) skipped, e.g. %s", cfg.mode, skips.n,
+        log.warning("train %s: %d unreadable or resized image(s) skipped, e.g. %s", cfg.mode, skips.n,
                     summary["skipped_examples"][:3])
     if state.is_main:
         summary["checkpoint"] = str(save(state, state.total))

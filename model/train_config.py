@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from data_schemas.config import check_choices, from_dict
+from data_schemas.config import ConfigError, check_choices, check_ranges, from_dict
 from data_schemas.geometry import DEFAULT_ARCH
 
 from .losses import LossWeights
@@ -60,7 +60,7 @@ class TrainConfig:
     rect_ratio: float = 0.75
     crop_scale: tuple[float, float] = (0.9, 1.0)
     save_every: int = 0  # steps between resumable checkpoints (0: only at the end)
-    max_skipped_fraction: float = 0.01  # unreadable images allowed (share of samples drawn); past it: fail
+    max_skipped_fraction: float = 0.01  # unreadable or resized images allowed (share of samples drawn); past it: fail
     log_every: int = 10
     resume: str | None = None  # checkpoint path, or "auto" (latest in out_dir/checkpoints)
     device: str = "auto"
@@ -69,6 +69,18 @@ class TrainConfig:
 
     def __post_init__(self):
         check_choices(self, SECTION)  # a typo (precision: bf-16) is an error, never a silent fallback
+        # a value out of range is an error too (batch_size 0, lr_clip -1); a learning rate of 0 freezes its group
+        check_ranges(self, SECTION, positive=("epochs", "max_steps", "batch_size", "accum_steps", "eps",
+                                              "log_every", "predictor_heads", "crop_scale"),
+                     non_negative=("lr_clip", "lr_predictor", "wd", "predictor_wd", "warmup", "workers", "save_every",
+                                   "text_cross_layers", "image_cross_layers", "loss_weights"),
+                     probability=("rect_prob", "rect_ratio", "max_skipped_fraction", "betas", "crop_scale"))
+        unknown = sorted(set(self.loss_weights) - set(asdict(LossWeights())))
+        if unknown:
+            raise ConfigError(f"{SECTION} loss_weights: unknown term(s) {unknown}; known: "
+                              f"{sorted(asdict(LossWeights()))}")
+        if self.crop_scale[0] > self.crop_scale[1]:
+            raise ConfigError(f"{SECTION} crop_scale: {list(self.crop_scale)} (low > high)")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **kw) -> TrainConfig:
@@ -76,14 +88,18 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     (values parsed as YAML). Unknown keys, wrong types and values outside a ``Literal`` are errors."""
     import yaml
 
+    from data_schemas.config import load_yaml
+
     data: dict = {}
     if path:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = load_yaml(path) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a mapping expected (a train section), got {type(data).__name__}")
         data = data.get("train", data)
     data.update(kw)
     for ov in overrides or []:
         if "=" not in ov:
-            raise ValueError(f"override {ov!r} is not key=value")
+            raise ConfigError(f"override {ov!r} is not key=value")
         k, v = ov.split("=", 1)
         data[k.lstrip("-").replace("-", "_")] = yaml.safe_load(v)
     return from_dict(TrainConfig, data, SECTION)

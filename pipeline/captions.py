@@ -33,6 +33,15 @@ def _require(obj: Any, key: str, path: Path, where: str, kind: type | tuple[type
     return value
 
 
+def check_unique_id(seen: dict, value, path: Path, where: str, field: str = "id") -> None:
+    """The one duplicate-id rule of every caption and annotation reader (COCO json, Karpathy, JSONL, image-folder
+    JSONL, instances): an id used twice is an ``InputFileError`` naming the file and both places — two rows with
+    one id would break every table keyed on it."""
+    if value in seen:
+        raise InputFileError(f"{path}: {where}: {field} {value} already used at {seen[value]}")
+    seen[value] = where
+
+
 @dataclass
 class CaptionRead:
     rows: list[dict] = field(default_factory=list)
@@ -46,10 +55,11 @@ class CaptionRead:
 
 
 def _images_index(images: list, path: Path) -> dict[int, dict]:
-    index = {}
+    index, seen = {}, {}
     for i, im in enumerate(images):
         where = f"images[{i}]"
         iid = _require(im, "id", path, where, int)
+        check_unique_id(seen, iid, path, where)
         index[iid] = {"file_name": _require(im, "file_name", path, where, str),
                       "width": _require(im, "width", path, where, int),
                       "height": _require(im, "height", path, where, int)}
@@ -65,9 +75,11 @@ def read_coco_captions(captions_json: str | Path, *, split: str, images_dir: str
     index = _images_index(images, path)
     out = CaptionRead()
     exists: dict[int, bool] = {}
+    seen: dict[int, str] = {}
     for i, ann in enumerate(anns):
         where = f"annotations[{i}]"
         cid = _require(ann, "id", path, where, int)
+        check_unique_id(seen, cid, path, where)
         iid = _require(ann, "image_id", path, where, int)
         text = _require(ann, "caption", path, where, (str, type(None)))
         if iid not in index:
@@ -97,9 +109,12 @@ def read_coco_instances(instances_json: str | Path) -> dict[int, list[dict]]:
     for i, c in enumerate(_require(data, "categories", path, "top level", list)):
         cats[_require(c, "id", path, f"categories[{i}]", int)] = _require(c, "name", path, f"categories[{i}]", str)
     by_image: dict[int, list[dict]] = {}
+    seen: dict = {}
     for i, ann in enumerate(_require(data, "annotations", path, "top level", list)):
         where = f"annotations[{i}]"
         iid = _require(ann, "image_id", path, where, int)
+        if isinstance(ann, dict) and ann.get("id") is not None:
+            check_unique_id(seen, ann["id"], path, where)
         bbox = _require(ann, "bbox", path, where, list)
         if len(bbox) != 4 or not all(isinstance(v, (int, float)) for v in bbox):
             raise InputFileError(f"{path}: {where}: field 'bbox' must be 4 numbers [x, y, w, h], got {bbox!r}")
@@ -126,6 +141,7 @@ def read_karpathy(dataset_json: str | Path, *, splits: tuple[str, ...] = ("train
     path = Path(dataset_json)
     data = load_json(path)
     out = CaptionRead()
+    seen: dict[int, str] = {}
     for i, im in enumerate(_require(data, "images", path, "top level", list)):
         where = f"images[{i}]"
         split = _require(im, "split", path, where, str)
@@ -148,6 +164,7 @@ def read_karpathy(dataset_json: str | Path, *, splits: tuple[str, ...] = ("train
         for j, s in enumerate(_require(im, "sentences", path, where, list)):
             w2 = f"{where}.sentences[{j}]"
             sid = _require(s, "sentid", path, w2, int)
+            check_unique_id(seen, sid, path, w2, "sentid")
             raw = _require(s, "raw", path, w2, str)
             if not raw.strip():
                 out.errors.append(error_row(STAGE, sid, "empty_caption", f"{path}: {w2}: empty caption"))
@@ -191,12 +208,40 @@ def _positive_int(value) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def jsonl_records(path: Path):
-    """(line number, object) for every non-blank line of a JSONL file; a line that is not a JSON object is an
-    ``InputFileError`` naming file, line and the line's start."""
+class NotUtf8(str):
+    """What ``text_lines`` gives for a line that is not valid UTF-8: where the first bad byte is."""
+
+
+def text_lines(path: Path):
+    """(line number, text) for every line of a text file read as UTF-8 (a byte-order mark at the start is
+    dropped); a line that is not valid UTF-8 gives a ``NotUtf8`` (where its first bad byte is) for the caller to
+    turn into an error row, and the other lines are read as usual. Lines end at LF, CR LF or CR."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: file not found")
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, raw in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            yield n, NotUtf8(f"byte {exc.start} ({raw[exc.start:exc.start + 1]!r})")
+
+
+def not_utf8_error(path: Path, n: int, where: str, item_id=None) -> dict:
+    """The error row of a line that is not valid UTF-8 (``item_id``: the caption's, else ``line:N``)."""
+    return error_row(STAGE, f"line:{n}" if item_id is None else item_id, "not_utf8",
+                     f"{path}: line {n}: not UTF-8 text at {where}; re-encode the file as UTF-8")
+
+
+def jsonl_records(path: Path, errors: list[dict] | None = None):
+    """(line number, object) for every non-blank line of a JSONL file; a line that is not a JSON object is an
+    ``InputFileError`` naming file, line and the line's start. A line that is not UTF-8 is a ``not_utf8`` row
+    added to ``errors`` and skipped, or, without ``errors``, an ``InputFileError``."""
+    for n, line in text_lines(path):
+        if isinstance(line, NotUtf8):
+            row = not_utf8_error(path, n, line)
+            if errors is None:
+                raise InputFileError(row["message"])
+            errors.append(row)
+            continue
         if not line.strip():
             continue
         try:
@@ -221,15 +266,13 @@ def read_caption_jsonl(path: str | Path, *, split: str, image_root: str | Path |
     path = Path(path)
     images = _Images(Path(image_root)) if image_root is not None else None
     out, seen = CaptionRead(), {}
-    for n, rec in jsonl_records(path):
+    for n, rec in jsonl_records(path, out.errors):
         where = f"line {n}"
         cid = _require(rec, "id", path, where, int)
         iid = _require(rec, "image_id", path, where, int)
         if "caption" not in rec:
             raise InputFileError(f"{path}: {where}: missing field 'caption'")
-        if cid in seen:
-            raise InputFileError(f"{path}: {where}: id {cid} already used on line {seen[cid]}")
-        seen[cid] = n
+        check_unique_id(seen, cid, path, where)
         text, file_name = rec["caption"], rec.get("file_name") or ""
         if text is not None and not isinstance(text, str):
             out.errors.append(error_row(STAGE, cid, "non_text_caption",

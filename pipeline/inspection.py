@@ -76,15 +76,50 @@ def format_summary(s: dict) -> str:
 
 
 
-def query(tables: dict, sql: str, limit: int | None = None) -> tuple[list[str], list[tuple], int]:
-    """(columns, rows, total rows) of ``sql`` over the views of ``connect``; with ``limit``, the first ``limit``
-    rows only (and the total counted apart). A statement without a result gives no columns. Raises duckdb's
-    errors (``duckdb.Error``) for a bad statement."""
+class QueryRefused(ValueError):
+    """A ``macco sql`` statement that is not one read-only query."""
+
+
+READ_ONLY_STATEMENTS = ("SELECT", "EXPLAIN")  # select, with, from, values, describe, show, summarize, explain
+
+
+def read_only_connection(tables: dict):
+    """The views of ``connect`` in a connection that can read nothing but their part files and write nothing:
+    every file outside them is refused by DuckDB (``enable_external_access`` off, ``allowed_paths`` the parts),
+    extensions are neither installed nor loaded, and ``lock_configuration`` keeps a query from undoing it."""
+    from data_schemas.checks import table_paths
+
     con = connect(tables)
+    con.execute("set allowed_paths = ?", [[str(p) for p in table_paths(tables)]])
+    for setting in ("enable_external_access = false", "autoinstall_known_extensions = false",
+                    "autoload_known_extensions = false", "lock_configuration = true"):
+        con.execute(f"set {setting}")
+    return con
+
+
+def check_read_only(sql: str) -> None:
+    """Raise ``QueryRefused`` unless ``sql`` is exactly one SELECT-like statement (COPY, ATTACH, CREATE, INSERT,
+    SET, PRAGMA, INSTALL, LOAD, ... are refused); duckdb's parser errors pass through."""
+    import duckdb
+
+    statements = duckdb.extract_statements(sql)
+    if len(statements) != 1:
+        raise QueryRefused(f"one query at a time ({len(statements)} statements given)")
+    kind = statements[0].type.name
+    if kind not in READ_ONLY_STATEMENTS:
+        raise QueryRefused(f"{kind} statements are refused: macco sql is read-only (select, with, describe, show, "
+                           "summarize and explain only)")
+
+
+def query(tables: dict, sql: str, limit: int | None = None) -> tuple[list[str], list[tuple], int]:
+    """(columns, rows, total rows) of the read-only query ``sql`` over the views of ``connect``; with ``limit``,
+    the first ``limit`` rows only (and the total counted apart). Raises ``QueryRefused`` for a statement that is
+    not one read-only query and duckdb's errors (``duckdb.Error``) for a bad one, e.g. a file outside the tables
+    (``duckdb.PermissionException``)."""
+    check_read_only(sql)
+    con = read_only_connection(tables)
     try:
         rel = con.sql(sql)
-        if rel is None:
-            return [], [], 0
         if limit is None:
             rows = rel.fetchall()
             return list(rel.columns), rows, len(rows)

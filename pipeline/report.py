@@ -167,6 +167,41 @@ def results_figure(table: dict, names: list[str], title: str):
     return fig
 
 
+def _number(v) -> bool:
+    import math
+
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_results_shape(benches: dict, path: Path) -> None:
+    """Raise ``ValueError`` naming the file and the key for anything the report would read that is not what
+    ``macco eval`` writes: groups a mapping of finite numbers (or null), subsets a mapping of subsets with an
+    integer ``n`` >= 0 and a finite (or null) accuracy, per-case strings of 1/0/x."""
+    for name, b in benches.items():
+        where = f"{path}: benchmarks.{name}"
+        if not isinstance(b["groups"], dict):
+            raise ValueError(f"{where}.groups: a mapping of group -> accuracy expected, got "
+                             f"{type(b['groups']).__name__} {str(b['groups'])[:60]!r}")
+        for bench, key, _ in GROUPS:
+            v = b["groups"].get(key) if bench == name else None
+            if v is not None and not _number(v):
+                raise ValueError(f"{where}.groups.{key}: {v!r} is not a finite number")
+        subsets = b.get("subsets", {})
+        if not isinstance(subsets, dict) or not all(isinstance(v, dict) for v in subsets.values()):
+            raise ValueError(f"{where}.subsets: a mapping of subset -> {{n, correct, accuracy}} expected")
+        for sub, v in subsets.items():
+            n = v.get("n", 0)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"{where}.subsets.{sub}.n: {n!r} is not a count")
+            acc = v.get("accuracy")
+            if acc is not None and not _number(acc):
+                raise ValueError(f"{where}.subsets.{sub}.accuracy: {acc!r} is not a finite number")
+        cases = b.get("cases", {})
+        if not isinstance(cases, dict) or not all(isinstance(c, str) and set(c) <= set("01x")
+                                                  for c in cases.values()):
+            raise ValueError(f"{where}.cases: a mapping of group -> a string of 1/0/x per case expected")
+
+
 def load_results(specs: list[str]) -> dict[str, list[dict]]:
     """``LABEL=PATH`` specs -> {label: [evaluation json per seed]} for ``write_report``. PATH is a results.json
     (``macco eval --out``, the evaluate stage) or the evaluate stage directory holding one; a label given more
@@ -193,6 +228,7 @@ def load_results(specs: list[str]) -> dict[str, list[dict]]:
                 not all(isinstance(b, dict) and "groups" in b for b in benches.values()):
             raise ValueError(f"{p}: not an evaluation results.json (needs benchmarks.<name>.groups, as macco eval "
                              "--out writes; a report's results.json is not one)")
+        check_results_shape(benches, p)
         results.setdefault(label, []).append(run)
         files.setdefault(label, []).append(p)
     for label, runs in results.items():

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from data_schemas.config import check_choices
+from data_schemas.config import check_choices, check_ranges
 
 # the flow's value for "the folder the tokenizer stage built" in parse.clip_model, masks.models and train.arch
 BUILT = "built:tokenizer"
@@ -30,6 +30,7 @@ class TokenizerConfig:
 
     def __post_init__(self):
         check_choices(self, "tokenizer")
+        check_ranges(self, "tokenizer", positive=("vocab_size", "context_length"))
 
 
 def build_siglip_folder(captions: list[str], out: str | Path, model_cfg: dict | None = None,

@@ -24,7 +24,8 @@ from typing import Literal, get_args
 
 from data_schemas.errors import error_row
 from data_schemas.geometry import displayed_size
-from pipeline.captions import STAGE, CaptionRead, InputFileError, jsonl_records
+from pipeline.captions import (STAGE, CaptionRead, InputFileError, NotUtf8, check_unique_id, jsonl_records,
+                               not_utf8_error, text_lines)
 
 Source = Literal["coco", "csv", "folder", "webdataset"]
 SOURCES = get_args(Source)
@@ -89,30 +90,49 @@ def _relative(path_value: str, root: Path) -> str:
 def read_csv_source(path: str | Path, *, img_key: str = "filepath", caption_key: str = "title",
                     separator: str = "\t", image_root: str | Path | None = None, split: str = "train",
                     split_key: str | None = None) -> CaptionRead:
-    """open_clip's CSV/TSV: one caption per data row; ``caption_id`` is the data row's index (0-based)."""
+    """open_clip's CSV/TSV: one caption per line; ``caption_id`` is the data row's index (0-based, blank lines
+    not counted). Each line is parsed on its own (CSV quoting within the line), so a line with an unclosed quote
+    is a ``csv_quoting`` error row naming file and line — it never swallows the lines after it — and a line that
+    is not UTF-8 a ``not_utf8`` row; a caption cannot span lines. A bad header is an ``InputFileError``."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: file not found")
     root = Path(image_root) if image_root else path.parent
     images, out = _Images(root), CaptionRead()
-    with path.open(newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f, delimiter=separator)
-        header = reader.fieldnames or []
-        for key in (img_key, caption_key, *([split_key] if split_key else [])):
-            if key not in header:
-                raise InputFileError(f"{path}: line 1: no column {key!r} (columns: {header}; separator "
-                                     f"{separator!r})")
-        for i, rec in enumerate(reader):
-            where = f"{path}: line {reader.line_num}"
-            if None in rec:  # more fields than the header
-                raise InputFileError(f"{where}: {len(header) + len(rec[None])} fields, the header has "
-                                     f"{len(header)}: {rec[None]!r}")
-            file_value = rec[img_key]
-            if not file_value:
-                out.errors.append(error_row(STAGE, i, "missing_image", f"{where}: empty {img_key!r}"))
-                continue
-            _add(out, images, i, _relative(file_value, root), rec[caption_key],
-                 rec[split_key] if split_key else split, where)
+    lines = text_lines(path)
+    first = next(lines, (1, ""))[1]
+    if isinstance(first, NotUtf8):
+        raise InputFileError(f"{path}: line 1 (the header): not UTF-8 text at {first}")
+    try:
+        header = next(csv.reader([first], delimiter=separator, strict=True), [])
+    except csv.Error as exc:
+        raise InputFileError(f"{path}: line 1 (the header): {exc}") from exc
+    for key in (img_key, caption_key, *([split_key] if split_key else [])):
+        if key not in header:
+            raise InputFileError(f"{path}: line 1: no column {key!r} (columns: {header}; separator {separator!r})")
+    i = 0
+    for n, line in lines:
+        if not isinstance(line, NotUtf8) and not line.strip():
+            continue
+        where = f"{path}: line {n}"
+        i += 1
+        if isinstance(line, NotUtf8):
+            out.errors.append(not_utf8_error(path, n, line, i - 1))
+            continue
+        try:
+            fields = next(csv.reader([line], delimiter=separator, strict=True))
+        except csv.Error as exc:
+            out.errors.append(error_row(STAGE, i - 1, "csv_quoting", f"{where}: {exc} (an unclosed or stray quote "
+                                                                      f"in {line[:60]!r})"))
+            continue
+        if len(fields) > len(header):
+            raise InputFileError(f"{where}: {len(fields)} fields, the header has {len(header)}: "
+                                 f"{fields[len(header):]!r}")
+        rec = dict(zip(header, fields + [None] * (len(header) - len(fields))))
+        file_value = rec[img_key]
+        if not file_value:
+            out.errors.append(error_row(STAGE, i - 1, "missing_image", f"{where}: empty {img_key!r}"))
+            continue
+        _add(out, images, i - 1, _relative(file_value, root), rec[caption_key],
+             rec[split_key] if split_key else split, where)
     return out
 
 
@@ -122,8 +142,8 @@ def read_folder_source(captions_jsonl: str | Path, *, image_root: str | Path | N
     path = Path(captions_jsonl)
     root = Path(image_root) if image_root else path.parent
     images, out = _Images(root), CaptionRead()
-    seen: dict[int, int] = {}
-    for n, rec in jsonl_records(path):
+    seen: dict[int, str] = {}
+    for n, rec in jsonl_records(path, out.errors):
         where = f"{path}: line {n}"
         for k in ("file_name", "caption"):
             if k not in rec:
@@ -131,9 +151,7 @@ def read_folder_source(captions_jsonl: str | Path, *, image_root: str | Path | N
         cid = rec.get("id", n - 1)
         if not isinstance(cid, int) or isinstance(cid, bool):
             raise InputFileError(f"{where}: field 'id' must be an integer, got {cid!r}")
-        if cid in seen:
-            raise InputFileError(f"{where}: id {cid} already used on line {seen[cid]}")
-        seen[cid] = n
+        check_unique_id(seen, cid, path, f"line {n}")
         _add(out, images, cid, _relative(str(rec["file_name"]), root), rec["caption"], rec.get("split", split),
              where)
     return out
@@ -154,10 +172,12 @@ def expand_shards(patterns: str | list[str]) -> list[str]:
 
 
 def _caption_of(sample: dict) -> str | None:
+    """A sample's caption from its ``.txt`` (UTF-8) or its ``.json``'s ``caption``; raises UnicodeDecodeError /
+    json.JSONDecodeError for bytes that are not UTF-8 text / not JSON (never stored with U+FFFD)."""
     if "txt" in sample:
-        return sample["txt"].decode("utf-8", errors="replace")
+        return sample["txt"].decode("utf-8")
     if "json" in sample:
-        meta = json.loads(sample["json"])
+        meta = json.loads(sample["json"].decode("utf-8"))
         if isinstance(meta, dict):
             return meta.get("caption")
     return None
@@ -191,6 +211,11 @@ def read_webdataset_source(patterns: str | list[str], store: str | Path, *, spli
             continue
         try:
             caption = _caption_of(sample)
+        except UnicodeDecodeError as exc:
+            member = "txt" if "txt" in sample else "json"
+            out.errors.append(error_row(STAGE, i, "not_utf8", f"{where}: .{member} is not UTF-8 text at byte "
+                                                              f"{exc.start}; re-encode it as UTF-8"))
+            continue
         except json.JSONDecodeError as exc:
             out.errors.append(error_row(STAGE, i, "bad_metadata", f"{where}: .json is not valid JSON ({exc.msg})"))
             continue

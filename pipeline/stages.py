@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Literal
 
 from data_schemas import TABLES, ShardedTableWriter, is_complete, read_manifest, read_table, write_table
-from data_schemas.config import check_choices
+from data_schemas.config import ConfigError, check_choices, check_ranges
 from data_schemas.errors import error_row
 from data_schemas.geometry import DEFAULT_ARCH
+from data_schemas.provenance import code_version  # noqa: F401 (the stages' code version; flows use it)
 from data_schemas.scene_graphs import SPACY_MODEL
 from pipeline.grounding.plan import plan_queries, regions_from_boxes
 from pipeline.sources import Source
@@ -24,18 +25,6 @@ from pipeline.sources import Source
 CAPTIONS_CODE = ("pipeline.captions", "pipeline.sources", "pipeline.stages")
 PARSE_CODE = ("pipeline.scene_graph", "pipeline.concepts", "pipeline.sng", "pipeline.tokens", "pipeline.stages")
 MASKS_CODE = ("pipeline.patches", "data_schemas.geometry", "pipeline.stages")
-
-
-def code_version(*modules: str) -> str:
-    """sha256 (12 hex) over the source files of ``modules`` (dotted names) - the stage's code version."""
-    import importlib
-
-    h = hashlib.sha256()
-    for name in sorted(modules):
-        mod = importlib.import_module(name)
-        h.update(name.encode())
-        h.update(Path(mod.__file__).read_bytes())
-    return h.hexdigest()[:12]
 
 
 def tree_hash(root: str | Path) -> str:
@@ -56,6 +45,13 @@ def content_hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def only_stage(stage: str) -> dict[str, list[str]]:
+    """``write_table``'s ``replaces`` for an ``errors`` table: a stage's write replaces its own rows only, so
+    stages writing into one folder (``macco captions --out T`` then ``macco parse T/captions --out T``) keep
+    each other's rows."""
+    return {"stage": [stage]}
+
+
 def n_shards_for(n_items: int, shard_size: int) -> int:
     return max(1, -(-n_items // shard_size))
 
@@ -63,7 +59,8 @@ def n_shards_for(n_items: int, shard_size: int) -> int:
 def run_sharded(items: list, shard_size: int, out_dirs: dict[str, Path],
                 fn: Callable[[list], dict[str, list[dict]]], *, config: dict, version: str,
                 progress: Callable[[int, int], None] | None = None, only: Iterable[int] | None = None,
-                finalize: bool = True, reuse: bool = False, inputs: str | None = None) -> dict[str, dict]:
+                finalize: bool = True, reuse: bool = False, inputs: str | None = None,
+                replaces: dict[str, dict] | None = None) -> dict[str, dict]:
     """Run ``fn`` over shards of ``items``; each call returns {table: rows}; finished shards are skipped.
 
     ``only`` restricts the call to some shards (an orchestrator maps shards over workers); ``finalize=False``
@@ -71,7 +68,8 @@ def run_sharded(items: list, shard_size: int, out_dirs: dict[str, Path],
     With ``reuse`` (content-keyed output directories) complete outputs are returned as they are. Unfinished
     shards of a killed run are kept only if they were written with the same config, code and inputs:
     ``inputs`` is a content hash of what ``fn`` reads (default: of ``items`` themselves), so an edited caption
-    with the same count is not an old shard's.
+    with the same count is not an old shard's. ``replaces``: {table: {column: values}} for a table shared with
+    other writers (``errors``: only this stage's rows are replaced, ``write_table``).
     """
     if reuse and all(is_complete(d) for d in out_dirs.values()):
         return {name: read_manifest(d) for name, d in out_dirs.items()}
@@ -95,7 +93,8 @@ def run_sharded(items: list, shard_size: int, out_dirs: dict[str, Path],
     if not finalize:
         return {}
     extra = {"shards": n_shards, "shard_size": shard_size}
-    return {name: w.finalize(config=config, code_version=version, extra=extra) for name, w in writers.items()}
+    return {name: w.finalize(config=config, code_version=version, extra=extra, replaces=(replaces or {}).get(name))
+            for name, w in writers.items()}
 
 
 
@@ -123,7 +122,7 @@ class CaptionsConfig:
         check_choices(self, "data")
         needs = "root" if self.source == "coco" else "path"
         if getattr(self, needs) is None:
-            raise ValueError(f"data.source {self.source!r} needs data.{needs}")
+            raise ConfigError(f"data.source {self.source!r} needs data.{needs}")
         self.splits, self.karpathy_splits = tuple(self.splits), tuple(self.karpathy_splits)
         if self.csv_separator in ("\\t", "tab"):  # as typed in a shell or an unquoted YAML value
             self.csv_separator = "\t"
@@ -167,7 +166,7 @@ def captions_stage(cfg: CaptionsConfig, out: Path) -> dict[str, dict]:
         "captions": write_table(TABLES["captions"], out / "captions", TABLES["captions"].from_rows(read.rows),
                                 config=conf, code_version=ver, extra={"summary": read.summary()}),
         "errors": write_table(TABLES["errors"], out / "errors", TABLES["errors"].from_rows(read.errors),
-                              config=conf, code_version=ver),
+                              config=conf, code_version=ver, replaces=only_stage("captions")),
     }
 
 
@@ -184,6 +183,7 @@ class ParseConfig:
 
     def __post_init__(self):
         check_choices(self, "parse")
+        check_ranges(self, "parse", positive=("context_length", "batch_size", "n_process", "shard_size"))
 
 
 def read_caption_input(path: str | Path, *, split: str | None = None,
@@ -258,7 +258,7 @@ def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None
         return run_sharded(captions, cfg.shard_size,
                            {n: out / n for n in ("scene_graphs", "token_masks", "errors")}, shard,
                            config=asdict(cfg), version=ver, progress=progress, only=only, finalize=finalize,
-                           reuse=reuse, inputs=inputs)
+                           reuse=reuse, inputs=inputs, replaces={"errors": only_stage("parse")})
     finally:
         if "pool" in loaded:
             loaded["pool"].terminate()
@@ -330,7 +330,7 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
                                sorted((instances or {}).items())])
     return run_sharded(image_ids, cfg.shard_size, {"regions": out / "regions", "errors": out / "errors"}, shard,
                        config=conf, version=ver, progress=progress, only=only, finalize=finalize, reuse=reuse,
-                       inputs=inputs)
+                       inputs=inputs, replaces={"errors": only_stage("ground")})
 
 
 def _open_checked(path: Path, row: dict, load: bool):
@@ -354,24 +354,42 @@ def _open_checked(path: Path, row: dict, load: bool):
 
 def _ground_each(grounder, items: list, errors: list) -> list:
     """The grounder over a shard's items; if the batch fails, item by item, each failure an error row (None in
-    its place). Only when every item fails is the first failure raised: a broken model, not a bad image."""
+    its place). When every item fails, the model is tried on a plain 256 x 256 grey image with the same phrases:
+    if that works the items are bad (error rows: e.g. a lone 1 x 1 image), if it fails too the model is broken
+    and the first failure is raised."""
     if not items:
         return []
+    errs = (RuntimeError, ValueError, IndexError, TypeError, OSError)
     try:
         return grounder.ground(items)
-    except (RuntimeError, ValueError, IndexError, TypeError, OSError) as batch_exc:
+    except errs as batch_exc:
         found, failed = [], []
         for it in items:
             try:
                 found.append(grounder.ground([it])[0])
-            except (RuntimeError, ValueError, IndexError, TypeError, OSError) as exc:
+            except errs as exc:
                 found.append(None)
                 failed.append(error_row("ground", f"image:{it.image_id}", "grounding_failed",
                                         f"image {it.image_id} ({it.width}x{it.height}): {type(exc).__name__}: {exc}"))
-        if len(failed) == len(items):
+        if len(failed) == len(items) and not _grounder_works(grounder, items[0]):
             raise batch_exc
         errors.extend(failed)
         return found
+
+
+def _grounder_works(grounder, like) -> bool:
+    """Whether ``grounder`` grounds a plain 256 x 256 grey image with ``like``'s phrases (a model check)."""
+    from PIL import Image
+
+    from pipeline.grounding.base import GroundItem
+
+    probe = GroundItem(-1, 256, 256, list(like.phrases),
+                       Image.new("RGB", (256, 256), (128, 128, 128)) if like.image is not None else None)
+    try:
+        grounder.ground([probe])
+    except (RuntimeError, ValueError, IndexError, TypeError, OSError):
+        return False
+    return True
 
 
 def read_instances(root: str | Path, splits: Iterable[str]) -> dict[int, list[dict]]:
@@ -385,22 +403,36 @@ def read_instances(root: str | Path, splits: Iterable[str]) -> dict[int, list[di
 
 # ---- patch masks -----------------------------------------------------------------------------------------
 def patches_stage(models: list[str], captions: list[dict], regions: list[dict], out: Path) -> dict[str, dict]:
-    """``out/patch_masks``: per phrase and per model grid, the patches of its boxes (evaluation preprocessing)."""
+    """``out/patch_masks``: per phrase and per model grid, the patches of its boxes (evaluation preprocessing);
+    ``out/errors`` (stage ``masks``): a box that is not finite, not inside its image with positive area, or of a
+    caption the captions table lacks is an error row, never a crash or a silently empty mask."""
+    from pipeline.grounding.plan import box_problem
     from pipeline.patches import PREPROCESS, eval_patches, geometry_for
 
     geos = sorted({geometry_for(m) for m in models}, key=lambda g: (g.image_size, g.patch_size))
-    size = {c["caption_id"]: (c["width"], c["height"], c["image_id"]) for c in captions}
+    size = {c["caption_id"]: c for c in captions}
     boxes: dict[tuple[int, int], list] = {}
+    errors = []
     for r in regions:
+        item = f"{r['caption_id']}:{r['concept_id']}:{r['box_id']}"
+        cap = size.get(r["caption_id"])
+        problem = ("unknown_caption", f"region {item}: caption {r['caption_id']} is not in the captions table") \
+            if cap is None else box_problem(r["box_xyxy"], cap)
+        if problem is not None:
+            errors.append(error_row("masks", item, problem[0], f"region {item} (caption {r['caption_id']}, "
+                                                               f"concept {r['concept_id']}): {problem[1]}"))
+            continue
         boxes.setdefault((r["caption_id"], r["concept_id"]), []).append(r["box_xyxy"])
     rows = []
     for (cid, kid), bs in sorted(boxes.items()):
-        w, h, iid = size[cid]
+        c = size[cid]
         for g in geos:
-            rows.append({"caption_id": cid, "concept_id": kid, "grid": g.grid, "image_id": iid,
-                         "patch_idx": eval_patches(bs, w, h, g), "image_size": g.image_size,
+            rows.append({"caption_id": cid, "concept_id": kid, "grid": g.grid, "image_id": c["image_id"],
+                         "patch_idx": eval_patches(bs, c["width"], c["height"], g), "image_size": g.image_size,
                          "patch_size": g.patch_size, "preprocess": PREPROCESS})
     conf = {"models": sorted(models), "geometries": [asdict(g) for g in geos]}
+    ver = code_version(*MASKS_CODE)
     return {"patch_masks": write_table(TABLES["patch_masks"], out / "patch_masks",
-                                       TABLES["patch_masks"].from_rows(rows), config=conf,
-                                       code_version=code_version(*MASKS_CODE))}
+                                       TABLES["patch_masks"].from_rows(rows), config=conf, code_version=ver),
+            "errors": write_table(TABLES["errors"], out / "errors", TABLES["errors"].from_rows(errors), config=conf,
+                                  code_version=ver, replaces=only_stage("masks"))}

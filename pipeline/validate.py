@@ -21,6 +21,7 @@ def discover_tables(path: str | Path) -> dict[str, Path | list[Path]]:
     """Complete tables under ``path`` ({name: dir}); for a table found more than once, the newest.
 
     ``errors`` tables are written by several stages: the newest of each top-level folder are all kept.
+    ``eval_results`` tables are history: every one found is kept (a list), so the view is the whole history.
     """
     path = Path(path)
     if (path / MANIFEST).exists():
@@ -28,6 +29,7 @@ def discover_tables(path: str | Path) -> dict[str, Path | list[Path]]:
         return {manifest["table"]: path}
     found: dict[str, tuple[str, Path]] = {}
     errors: dict[str, tuple[str, Path]] = {}
+    history: list[Path] = []
     for m in sorted(path.rglob(MANIFEST)):
         if any(part.startswith(".") or part.endswith(".partial") for part in m.relative_to(path).parts[:-1]):
             continue
@@ -39,7 +41,9 @@ def discover_tables(path: str | Path) -> dict[str, Path | list[Path]]:
         if name not in TABLES:
             continue
         stamp = f"{manifest.get('created', '')}|{m.stat().st_mtime_ns:020d}"
-        if name == "errors":
+        if name == "eval_results":
+            history.append(m.parent)
+        elif name == "errors":
             parts = m.relative_to(path).parts
             group = parts[0] if len(parts) > 2 else m.parent.name
             if group not in errors or stamp > errors[group][0]:
@@ -49,6 +53,8 @@ def discover_tables(path: str | Path) -> dict[str, Path | list[Path]]:
     out: dict[str, Path | list[Path]] = {k: v[1] for k, v in found.items()}
     if errors:
         out["errors"] = [v[1] for _, v in sorted(errors.items())]
+    if history:
+        out["eval_results"] = history
     return out
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from data_schemas.config import check_ranges
 from pipeline.world_benchmarks import write_benchmarks
 # the scene model, also read from here (pipeline.world.COLOURS, load_scenes, ...)
 from pipeline.world_scene import (COLOURS, INVERSE, KINDS, RELATIONS, SIZES, Relation, Scene, Shape,  # noqa: F401
@@ -193,6 +194,10 @@ class WorldConfig:
     eval_fraction: float = 0.2
     captions_per_image: int = 5
     benchmarks: bool = True  # also write the held-out benchmark sets (benchmarks/) from the test split
+
+    def __post_init__(self):
+        check_ranges(self, "world", positive=("images", "size", "captions_per_image"),
+                     probability=("eval_fraction",))
 
 
 def split_counts(cfg: WorldConfig) -> dict[str, int]:

@@ -10,30 +10,35 @@ per-preposition accuracy). What a name reads, records and reports is its record 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from data_schemas import InputFileError
+from data_schemas.config import check_ranges
 from data_schemas.geometry import DEFAULT_ARCH
+from data_schemas.provenance import code_version
 from data_schemas.scene_graphs import SPACY_MODEL
 
 from .protocols import (ACTIVATIONS, ARO_EXCLUSIONS, ORDER_BENCHMARKS, PROTOCOLS, VLC_MODES, Activation,
                         AroExclusion, IncompleteGroup, Protocol, VlcMode, check_choice, check_complete,
                         protocol_default)
-from .registry import BENCHMARKS, REGISTRY, Benchmark
+from .registry import BENCHMARKS, REGISTRY, Benchmark, code_modules
 from .registry import get as get_benchmark
 
 if TYPE_CHECKING:  # the scoring core imports torch: on use only, so the registry's names stay cheap to read
     from .scoring import Case, Encoder
 
 __all__ = ["BENCHMARKS", "REGISTRY", "Benchmark", "EvalConfig", "IncompleteGroup", "activation_kwargs",
-           "append_results", "case_groups", "common_settings", "evaluate", "get_benchmark", "load_encoder",
-           "paired_cases", "result_rows", "run_benchmark"]
+           "append_results", "case_groups", "common_settings", "default_run_label", "evaluate", "get_benchmark",
+           "load_encoder", "paired_cases", "result_rows", "run_benchmark"]
 
 
 @dataclass
@@ -83,6 +88,7 @@ class EvalConfig:
         check_choice("vlc_mode", self.vlc_mode, VLC_MODES)
         for k in self.order_image_roots:
             check_choice("order_image_roots key", k, ORDER_BENCHMARKS)
+        check_ranges(self, "evaluate", positive=("batch_size", "vlc_max_num"), non_negative=("vga_min_count",))
 
 
 def activation_kwargs(cfg: EvalConfig) -> dict:
@@ -181,8 +187,17 @@ def paired_cases(name: str, cases, scores, cfg: EvalConfig) -> dict[str, str]:
     return {g: "".join(v) for g, v in out.items()}
 
 
+def default_run_label(cfg: EvalConfig) -> str:
+    """``macco eval``'s run label when none is given: the weights file's name, else the model's."""
+    if cfg.checkpoint:
+        return Path(cfg.checkpoint).stem
+    return Path(cfg.model.removeprefix("local-dir:")).name or cfg.model
+
+
 def evaluate(cfg: EvalConfig, names: list[str], out_json: str | Path | None = None,
-             results_table: str | Path | None = None, enc: Encoder | None = None) -> dict:
+             results_table: str | Path | None = None, enc: Encoder | None = None, run: str | None = None) -> dict:
+    """Every benchmark of ``names`` for one model; ``run`` labels the evaluation in results.json and in the
+    ``eval_results`` history (``results_table``), default ``default_run_label``."""
     if "all" in names:
         names = [b for b in BENCHMARKS if b in cfg.roots]
     missing = [n for n in names if n not in cfg.roots]
@@ -192,7 +207,9 @@ def evaluate(cfg: EvalConfig, names: list[str], out_json: str | Path | None = No
     if enc is None:
         enc, model_id, sha = load_encoder(cfg)
     out = {"model": model_id, "checkpoint": cfg.checkpoint, "checkpoint_sha256": sha, "protocol": cfg.protocol,
-           "activation": getattr(enc, "activation", "unknown"), "benchmarks": {}}
+           "activation": getattr(enc, "activation", "unknown"), "run": run or default_run_label(cfg),
+           "eval_id": uuid.uuid4().hex, "code_version": code_version(*code_modules()),
+           "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "benchmarks": {}}
     for n in names:
         t0 = time.perf_counter()
         out["benchmarks"][n] = run_benchmark(enc, n, cfg.roots[n], cfg)
@@ -206,26 +223,31 @@ def evaluate(cfg: EvalConfig, names: list[str], out_json: str | Path | None = No
 
 
 def result_rows(out: dict, cfg: EvalConfig) -> list[dict]:
-    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    """The ``eval_results`` rows of one evaluation (``evaluate``'s result): one per benchmark subset, all with the
+    evaluation's ``eval_id``, ``run`` label and ``created`` time."""
     conf = json.dumps(asdict(cfg), sort_keys=True, default=str)
+    config_key = hashlib.sha256(conf.encode()).hexdigest()[:16]
     rows = []
     for b, r in out["benchmarks"].items():
         for s, v in r["subsets"].items():
             n = v.get("n", 0)
             acc = v.get("accuracy", v.get("top1", v.get("group")))
-            rows.append({"benchmark": b, "subset": s, "model_id": out["model"], "n": n,
-                         "correct": v.get("correct", round((acc or 0) * n)), "accuracy": acc, "ties": v.get("ties", 0),
-                         "missing_images": v.get("missing_images", 0), "checkpoint_sha256": out["checkpoint_sha256"],
-                         "config": conf, "created": created})
+            rows.append({"eval_id": out["eval_id"], "run": out["run"], "benchmark": b, "subset": s,
+                         "model_id": out["model"], "n": n, "correct": v.get("correct", round((acc or 0) * n)),
+                         "accuracy": acc, "ties": v.get("ties", 0), "missing_images": v.get("missing_images", 0),
+                         "checkpoint_sha256": out["checkpoint_sha256"], "config": conf, "config_key": config_key,
+                         "protocol": cfg.protocol, "activation": str(out.get("activation", "unknown")),
+                         "code_version": out["code_version"], "created": out["created"]})
     return rows
 
 
 def append_results(table_dir: str | Path, out: dict, cfg: EvalConfig) -> dict:
-    """Append rows to the ``eval_results`` table (rewritten atomically with the old rows kept). An existing
-    table that cannot be read (damaged part, bad manifest) is an error, never replaced: its history stays."""
-    from data_schemas import TABLES, read_table, refuse_unreadable, write_table
+    """Append one evaluation's rows to the ``eval_results`` history in ``table_dir`` (one new part; concurrent
+    writers take turns, every row is kept; a version-1 table is upgraded first, its rows kept). A table that
+    cannot be read (damaged part, bad manifest) is an error, never replaced."""
+    from data_schemas import TABLES, append_table
+    from data_schemas.eval_results import LEGACY_SPEC, upgrade_v1
 
     spec = TABLES["eval_results"]
-    refuse_unreadable(table_dir)
-    old = read_table(spec, table_dir).to_pylist() if (Path(table_dir) / "manifest.json").exists() else []
-    return write_table(spec, table_dir, spec.from_rows(old + result_rows(out, cfg)), config={"append": True})
+    return append_table(spec, table_dir, spec.from_rows(result_rows(out, cfg)), config={"append": True},
+                        code_version=out["code_version"], legacy={1: (LEGACY_SPEC, upgrade_v1)})

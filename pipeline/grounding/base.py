@@ -12,7 +12,7 @@ from typing import Callable, Literal, Protocol, Sequence
 
 import numpy as np
 
-from data_schemas.config import check_choices
+from data_schemas.config import check_choices, check_ranges
 
 
 @dataclass
@@ -52,6 +52,8 @@ class GroundingConfig:
 
     def __post_init__(self):
         check_choices(self, "ground")
+        check_ranges(self, "ground", positive=("batch_size", "max_boxes_per_phrase", "shard_size"),
+                     probability=("box_threshold", "text_threshold"))
 
 
 class Grounder(Protocol):

@@ -129,3 +129,21 @@ def test_a_second_writer_of_a_stage_fails_with_a_message(harness, tmp_path):
     assert states["world"] == ["Completed"]
     with stage_lock(art, art / "world" / key):  # and the lock is free again afterwards
         pass
+
+
+def test_deleted_world_images_are_not_served_cached(harness, tmp_path):
+    """#28: the world stage's manifest listed no files: with every training image deleted, world through masks
+    came back Cached and validate passed. Now the world is regenerated (same content, so downstream stays
+    Cached) and the images are back."""
+    import shutil
+
+    cfg = config(tmp_path)
+    stages = ["world", "captions", "parse", "ground", "masks", "validate"]
+    out, _ = run_flow_states(cfg, stages=stages)
+    images = Path(out["world"]["dir"]) / "train2014"
+    n = len(list(images.iterdir()))
+    shutil.rmtree(images)
+    out2, states = run_flow_states(cfg, stages=stages)
+    assert states["world"] == ["Completed"] and len(list(images.iterdir())) == n
+    assert out2["world"]["content_hash"] == out["world"]["content_hash"]
+    assert all(set(states[s]) == {"Cached"} for s in ("captions", "parse", "ground", "masks")), states

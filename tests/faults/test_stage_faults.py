@@ -107,10 +107,25 @@ def test_one_failing_image_is_an_error_row_not_a_crashed_stage(tmp_path):
     assert "mean must have 1 elements" in errs[0]["message"]
     regions = read_table(TABLES["regions"], tmp_path / "o" / "regions").to_pylist()
     assert {r["caption_id"] for r in regions} == {1, 3}
-    # every image failing is a broken model, not bad data: the stage fails
+    # every image failing while the model grounds a plain 256 x 256 image too is a broken model: the stage fails
     with pytest.raises(RuntimeError, match="mean must have 1 elements"):
         ground_stage(GroundingConfig(), caps[1:2], concepts(2), tmp_path, tmp_path / "o2",
-                     grounder=FixedGrounder([(1, 1, 20, 20)], {32}))
+                     grounder=FixedGrounder([(1, 1, 20, 20)], {32, 256}))
+
+
+def test_a_lone_tiny_image_in_its_shard_is_an_error_row(tmp_path):
+    """#28: a 1x1 image alone in its grounding shard aborted the stage (the real transformers GroundingDINO:
+    'mean must have 1 elements'); the model still grounds a plain image, so the image is bad, not the model: an
+    error row, and the stage completes."""
+    from tests_support import build_tiny_hf_groundingdino
+
+    model = build_tiny_hf_groundingdino(tmp_path / "m")
+    Image.new("RGB", (1, 1)).save(tmp_path / "tiny.png")
+    m = ground_stage(GroundingConfig(backend="hf", model_dir=str(model)), [caption(1, 1, "tiny.png", 1, 1)],
+                     concepts(1), tmp_path, tmp_path / "o")
+    errs = errors_of(tmp_path / "o")
+    assert [(e["item_id"], e["reason"]) for e in errs] == [("image:1", "grounding_failed")]
+    assert "mean must have 1 elements" in errs[0]["message"] and m["regions"]["rows"] == 0
 
 
 def test_a_killed_parse_rerun_after_edited_captions_does_not_reuse_old_shards(world_tables, tmp_path):

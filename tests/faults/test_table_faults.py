@@ -73,8 +73,17 @@ def test_unchanged_table_is_not_rehashed_and_a_touched_one_once(table, monkeypat
 
 
 def eval_rows(model_id: str) -> list[dict]:
-    return [dict(benchmark="sugarcrepe", subset="swap_att", model_id=model_id, n=10, correct=7, accuracy=0.7,
-                 ties=0, missing_images=0, checkpoint_sha256="abc", config="{}", created="2026-01-01")]
+    return [dict(eval_id="e0", run=model_id, benchmark="sugarcrepe", subset="swap_att", model_id=model_id, n=10,
+                 correct=7, accuracy=0.7, ties=0, missing_images=0, checkpoint_sha256="abc", config="{}",
+                 config_key="k", protocol="authors", activation="gelu", code_version="c",
+                 created="2026-01-01T00:00:00.000000Z")]
+
+
+def eval_out(model_id: str) -> dict:
+    """An evaluation result as ``model.benchmarks.evaluate`` returns it (what ``append_results`` appends)."""
+    return {"model": model_id, "run": model_id, "checkpoint_sha256": "def", "eval_id": f"e-{model_id}",
+            "code_version": "c", "created": "2026-01-02T00:00:00.000000Z",
+            "benchmarks": {"sugarcrepe": {"subsets": {"swap_att": {"n": 10, "accuracy": 0.5}}}}}
 
 
 def test_eval_results_with_unreadable_manifest_is_not_replaced(tmp_path):
@@ -85,10 +94,8 @@ def test_eval_results_with_unreadable_manifest_is_not_replaced(tmp_path):
     write_table(spec, d, spec.from_rows(eval_rows("old")))
     (d / "manifest.json").write_text('{"table": "eval_results", "rows": ')  # truncated by a full disk
     parts = sorted(p.name for p in d.glob("part-*.parquet"))
-    out = {"model": "new", "checkpoint_sha256": "def",
-           "benchmarks": {"sugarcrepe": {"subsets": {"swap_att": {"n": 10, "accuracy": 0.5}}}}}
     with pytest.raises(TableError, match=rf"{d / 'manifest.json'}: not valid JSON.*move it aside"):
-        append_results(d, out, EvalConfig())
+        append_results(d, eval_out("new"), EvalConfig())
     with pytest.raises(TableError, match="move it aside"):
         write_table(spec, d, spec.from_rows(eval_rows("other")))
     assert sorted(p.name for p in d.glob("part-*.parquet")) == parts  # the history is still there
@@ -103,10 +110,8 @@ def test_eval_results_with_a_damaged_part_is_not_replaced_by_an_append(tmp_path)
     write_table(spec, d, spec.from_rows(eval_rows("old")))
     part = next(d.glob("part-*.parquet"))
     part.write_bytes(b"garbage")  # the manifest still reads
-    out = {"model": "new", "checkpoint_sha256": "def",
-           "benchmarks": {"sugarcrepe": {"subsets": {"swap_att": {"n": 10, "accuracy": 0.5}}}}}
     with pytest.raises(TableError, match=part.name):
-        append_results(d, out, EvalConfig())
+        append_results(d, eval_out("new"), EvalConfig())
     assert part.read_bytes() == b"garbage"  # not overwritten with the new rows alone
 
 

@@ -87,7 +87,7 @@ def test_folder_jsonl(world, tmp_path):
     with pytest.raises(InputFileError, match=r"caps.jsonl: line 1: missing field 'file_name'"):
         read_folder_source(f)
     f.write_text("\n".join(json.dumps({"file_name": "a.jpg", "caption": "x", "id": 3}) for _ in range(2)) + "\n")
-    with pytest.raises(InputFileError, match=r"line 2: id 3 already used on line 1"):
+    with pytest.raises(InputFileError, match=r"line 2: id 3 already used at line 1"):
         read_folder_source(f)
 
 

@@ -53,9 +53,10 @@ def clean_rows():
                  patch_size=8, preprocess="resize-center-crop"),
         ],
         "errors": [dict(stage="captions", item_id="9", reason="empty_caption", message="empty")],
-        "eval_results": [dict(benchmark="sugarcrepe", subset="swap_att", model_id="m", n=10, correct=7,
-                              accuracy=0.7, ties=0, missing_images=0, checkpoint_sha256="abc", config="{}",
-                              created="2026-01-01")],
+        "eval_results": [dict(eval_id="e1", run="macco-s0", benchmark="sugarcrepe", subset="swap_att", model_id="m",
+                              n=10, correct=7, accuracy=0.7, ties=0, missing_images=0, checkpoint_sha256="abc",
+                              config="{}", config_key="k", protocol="authors", activation="gelu", code_version="c",
+                              created="2026-01-01T00:00:00.000000Z")],
     }
 
 
@@ -101,6 +102,7 @@ VIOLATIONS = {
     "patch_masks.patch_in_grid": lambda d: d["patch_masks"][1].update(patch_idx=[0, 64]),
     "patch_masks.region_exists": lambda d: d["patch_masks"][1].update(concept_id=1),
     "errors.key_unique": lambda d: d["errors"].append(dict(d["errors"][0])),
+    "eval_results.key_unique": lambda d: d["eval_results"].append(dict(d["eval_results"][0])),
     "eval_results.accuracy_in_unit_interval": lambda d: d["eval_results"][0].update(accuracy=1.2),
     "eval_results.counts_consistent": lambda d: d["eval_results"][0].update(correct=11),
 }

@@ -1,0 +1,210 @@
+"""#28, every input problem is an error row or one line, never a traceback and never silent: CSV quoting and
+non-UTF-8 bytes in every caption reader, NaN / inverted boxes in `macco masks`, images resized after the tables
+were made, config values out of range or written twice, report inputs of the wrong shape, duplicate ids. Each
+test injects exactly one fault from the issue and fails on the code before the fix."""
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from data_schemas import TABLES, read_table, write_table
+from macco.cli import main
+from tests_support import write_shard
+
+CAPTION = "a red circle left of a blue square"
+
+
+def one_line_error(capsys, verb: str) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1 and err.startswith(f"macco {verb}: "), err
+    return err
+
+
+def png(path: Path, size=(40, 30)) -> Path:
+    Image.new("RGB", size, (200, 10, 10)).save(path)
+    return path
+
+
+def errors(out: Path) -> list[dict]:
+    return read_table(TABLES["errors"], out / "errors").to_pylist()
+
+
+def captions(out: Path) -> list[dict]:
+    return read_table(TABLES["captions"], out / "captions").to_pylist()
+
+
+# ---- CSV quoting and non-UTF-8 bytes -----------------------------------------------------------------------
+def test_csv_unclosed_quote_is_an_error_row_and_the_next_rows_are_kept(tmp_path, capsys):
+    """The issue: exit 0, one caption swallowed the next line, that row lost, no error row."""
+    png(tmp_path / "a.png")
+    (tmp_path / "d.tsv").write_text('filepath\ttitle\na.png\t"a red circle\na.png\ta blue square\n'
+                                    'a.png\ta green cross\n')
+    assert main(["captions", str(tmp_path / "d.tsv"), "--source", "csv", "--out", str(tmp_path / "T")]) == 0
+    assert [(c["caption_id"], c["caption"]) for c in captions(tmp_path / "T")] == [
+        (1, "a blue square"), (2, "a green cross")]
+    [e] = errors(tmp_path / "T")
+    assert (e["item_id"], e["reason"]) == ("0", "csv_quoting") and "d.tsv: line 2" in e["message"]
+    assert "csv_quoting=1" in capsys.readouterr().out
+
+
+def test_csv_with_non_utf8_bytes_is_an_error_row_not_a_traceback(tmp_path, capsys):
+    png(tmp_path / "a.png")
+    (tmp_path / "d.tsv").write_bytes(b"filepath\ttitle\na.png\ta caf\xe9 table\na.png\ta blue square\n")
+    assert main(["captions", str(tmp_path / "d.tsv"), "--source", "csv", "--out", str(tmp_path / "T")]) == 0
+    assert [c["caption"] for c in captions(tmp_path / "T")] == ["a blue square"]
+    [e] = errors(tmp_path / "T")
+    assert e["reason"] == "not_utf8" and "d.tsv: line 2" in e["message"] and "byte 11" in e["message"]
+    assert "\ufffd" not in json.dumps(captions(tmp_path / "T"))
+
+
+def test_jsonl_with_non_utf8_bytes_is_an_error_row_for_parse_and_folder_sources(tmp_path, capsys):
+    png(tmp_path / "a.png")
+    good = json.dumps({"id": 2, "image_id": 1, "caption": CAPTION, "file_name": "a.png"}).encode()
+    (tmp_path / "c.jsonl").write_bytes(b'{"id": 1, "image_id": 1, "caption": "caf\xe9"}\n' + good + b"\n")
+    assert main(["parse", str(tmp_path / "c.jsonl"), "--images", str(tmp_path), "--out", str(tmp_path / "P"),
+                 "--model", "macco-micro"]) == 0
+    assert [c["caption_id"] for c in captions(tmp_path / "P")] == [2]
+    assert [(e["item_id"], e["reason"]) for e in errors(tmp_path / "P")] == [("line:1", "not_utf8")]
+    folder = tmp_path / "f.jsonl"
+    folder.write_bytes(b'{"file_name": "a.png", "caption": "caf\xe9"}\n{"file_name": "a.png", "caption": "ok"}\n')
+    assert main(["captions", str(folder), "--source", "folder", "--out", str(tmp_path / "F")]) == 0
+    assert [c["caption"] for c in captions(tmp_path / "F")] == ["ok"]
+    assert [e["reason"] for e in errors(tmp_path / "F")] == ["not_utf8"]
+
+
+def test_webdataset_non_utf8_txt_and_json_are_error_rows_never_u_fffd(tmp_path, capsys):
+    """The issue: .txt silently stored with U+FFFD; .json aborted the whole read."""
+    buf = io.BytesIO()
+    Image.new("RGB", (20, 10)).save(buf, format="PNG")
+    img = buf.getvalue()
+    shard = write_shard(tmp_path / "s.tar", [
+        {"__key__": "a", "png": img, "txt": b"caf\xe9"},
+        {"__key__": "b", "png": img, "json": b'{"caption": "caf\xe9"}'},
+        {"__key__": "c", "png": img, "txt": CAPTION}])
+    assert main(["captions", str(shard), "--source", "webdataset", "--out", str(tmp_path / "T")]) == 0
+    assert [c["caption"] for c in captions(tmp_path / "T")] == [CAPTION]
+    errs = errors(tmp_path / "T")
+    assert [(e["item_id"], e["reason"]) for e in errs] == [("0", "not_utf8"), ("1", "not_utf8")]
+    assert "sample a: .txt is not UTF-8" in errs[0]["message"] and "sample b: .json" in errs[1]["message"]
+
+
+# ---- bad boxes in macco masks ------------------------------------------------------------------------------
+def test_masks_nan_and_inverted_boxes_are_error_rows(world_tables, tmp_path, capsys):
+    """The issue: a NaN box was a traceback ('cannot convert float NaN to integer'), an inverted box silently an
+    empty mask."""
+    t = tmp_path / "T"
+    shutil.copytree(world_tables["captions"], t / "captions")
+    regions = read_table(TABLES["regions"], world_tables["regions"]).to_pylist()
+    regions[0]["box_xyxy"] = [float("nan"), 1.0, 5.0, 5.0]
+    x1, y1, x2, y2 = regions[1]["box_xyxy"]
+    regions[1]["box_xyxy"] = [x2, y1, x1, y2]  # inverted
+    write_table(TABLES["regions"], t / "regions", TABLES["regions"].from_rows(regions))
+    assert main(["masks", str(t), "--model", "macco-micro", "--out", str(t / "m")]) == 0
+    errs = errors(t / "m")
+    assert sorted(e["reason"] for e in errs) == ["box_not_finite", "box_outside_image"]
+    assert {e["stage"] for e in errs} == {"masks"}
+    bad = {(r["caption_id"], r["concept_id"]) for r in regions[:2]}
+    masks = read_table(TABLES["patch_masks"], t / "m" / "patch_masks").to_pylist()
+    assert all(m["patch_idx"] for m in masks)  # no silently empty mask
+    assert {(m["caption_id"], m["concept_id"]) for m in masks} >= {
+        (r["caption_id"], r["concept_id"]) for r in regions[2:]}
+    out = capsys.readouterr().out
+    assert "masks/box_not_finite=1" in out and f"wrote {t / 'm' / 'patch_masks'}" in out
+    assert bad  # the two phrases lost a box each; their other boxes (if any) still make masks
+
+
+# ---- training checks the images against the tables ----------------------------------------------------------
+def test_training_skips_an_image_resized_after_grounding(world, world_tables, tmp_path):
+    """The issue: standalone `macco train` never compared the image with the tables: an image replaced by a 2x
+    copy moved its patch mask silently."""
+    from model.train import TooManySkipped, load_config, train
+
+    root = tmp_path / "imgs"
+    shutil.copytree(world, root)
+    for p in (root / "train2014").glob("*.jpg"):
+        with Image.open(p) as im:
+            im.resize((im.width * 2, im.height * 2)).save(p)
+    cfg = load_config(None, [], arch="macco-micro", batch_size=8, max_steps=2, workers=0, lr_clip=1e-3, warmup=1,
+                      log_every=1, progress=False, out_dir=str(tmp_path / "r"), image_root=str(root),
+                      tables={k: str(v) for k, v in world_tables.items() if k != "root"})
+    with pytest.raises(TooManySkipped, match=r"image_size_mismatch: the image is 128x128 as displayed, the "
+                                             r"captions table says 64x64"):
+        train(cfg)
+    assert not (tmp_path / "r" / "export").exists()
+
+
+# ---- config values ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("override,message", [
+    ("batch_size=0", "batch_size: 0 must be > 0"),  # was a ZeroDivisionError
+    ("max_steps=-5", "max_steps: -5 must be > 0"),  # was a misleading "no full batch"
+    ("lr_clip=-1", "lr_clip: -1.0 must be >= 0"),  # trained and reported Completed
+    ("rect_prob=1.5", "rect_prob: 1.5 must be in [0, 1]"),
+    ("loss_weights={mask_image: -250}", "loss_weights.mask_image: -250 must be >= 0"),
+])
+def test_train_config_out_of_range_is_one_line(tmp_path, capsys, override, message):
+    assert main(["train", override, f"out_dir={tmp_path / 'r'}"]) == 2
+    assert message in one_line_error(capsys, "train")
+
+
+def test_flow_config_errors_are_one_line_from_the_cli(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ntrain:\n  common: {batch_size: 0}\n")
+    assert main(["run", "--config", str(bad)]) == 2
+    assert "config train.common batch_size: 0 must be > 0" in one_line_error(capsys, "run")
+    bad.write_text("name: x\ntrain:\n  seeds: [0]\nworld: {seed: 1}\ntrain:\n  seeds: [1]\n")  # a section twice
+    assert main(["run", "--config", str(bad)]) == 2
+    assert "line 5: key 'train' is written twice" in one_line_error(capsys, "run")
+    bad.write_text("train: {seeds: [0, 0]}\n")
+    assert main(["run", "--config", str(bad)]) == 2
+    assert "train.seeds" in one_line_error(capsys, "run")
+    assert main(["run", "--config", str(bad), "--stages", "evaluat"]) == 2
+    assert "unknown stage(s) ['evaluat']" in one_line_error(capsys, "run")
+    (tmp_path / "t.yaml").write_text("train: {batch_size: 8}\ntrain: {batch_size: 16}\n")
+    assert main(["train", "--config", str(tmp_path / "t.yaml")]) == 2
+    assert "written twice" in one_line_error(capsys, "train")
+
+
+def test_flow_config_error_fails_the_flow_run_with_one_line(harness, tmp_path):
+    """A deployment run (no CLI in front): the flow run fails with the config error as its message."""
+    from flows.pipeline import macco_pipeline
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  common: {lr_clip: -1}\n")
+    state = macco_pipeline(config=str(bad), return_state=True)
+    assert state.is_failed() and state.message.startswith("config error: config train.common lr_clip: -1")
+
+
+# ---- report inputs of the wrong shape -----------------------------------------------------------------------
+@pytest.mark.parametrize("bench,where", [
+    ({"groups": "0.5"}, "benchmarks.sugarcrepe.groups: a mapping"),  # was a KeyError traceback
+    ({"groups": [0.5]}, "benchmarks.sugarcrepe.groups: a mapping"),  # was an AttributeError traceback
+    ({"groups": {"relation": float("nan")}}, "groups.relation: nan is not a finite number"),  # was "nan"
+    ({"groups": {"relation": 0.5}, "subsets": {"replace_rel": {"n": "ten", "accuracy": 0.5}}},
+     "subsets.replace_rel.n: 'ten' is not a count"),
+])
+def test_report_inputs_of_the_wrong_shape_are_one_line(tmp_path, capsys, bench, where):
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"benchmarks": {"sugarcrepe": bench}}))
+    assert main(["report", f"macco={f}", "--out", str(tmp_path / "o")]) == 2
+    assert where in one_line_error(capsys, "report")
+    assert not (tmp_path / "o" / "results.md").exists()
+
+
+# ---- one duplicate-id rule ----------------------------------------------------------------------------------
+def test_coco_json_with_duplicate_annotation_ids_is_refused_as_jsonl_is(tmp_path, capsys):
+    """The issue: accepted with rc 0, then 5 checks failed (the JSONL reader refused such ids)."""
+    png(tmp_path / "one.png")
+    coco = {"images": [{"id": 1, "file_name": "one.png", "width": 40, "height": 30}],
+            "annotations": [{"id": 7, "image_id": 1, "caption": CAPTION}, {"id": 7, "image_id": 1, "caption": "x"}]}
+    (tmp_path / "captions_train2014.json").write_text(json.dumps(coco))
+    assert main(["parse", str(tmp_path / "captions_train2014.json"), "--out", str(tmp_path / "o")]) == 2
+    assert "annotations[1]: id 7 already used at annotations[0]" in one_line_error(capsys, "parse")
+    (tmp_path / "c.jsonl").write_text("\n".join(json.dumps({"id": 7, "image_id": 1, "caption": c})
+                                                for c in (CAPTION, "x")))
+    assert main(["parse", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "o")]) == 2
+    assert "line 2: id 7 already used at line 1" in one_line_error(capsys, "parse")
