@@ -18,6 +18,7 @@ from prefect import flow, get_run_logger, unmapped
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.states import Failed
 
+from data_schemas import InputFileError
 from data_schemas.config import ConfigError
 
 from flows.config import STAGES, base_sections, key_of, load_config, use_built_folder
@@ -34,12 +35,17 @@ def _version(*modules: str) -> str:
 HISTORY = "eval_results"  # artifacts/eval_results: every evaluation's rows, appended (never replaced)
 
 
-class StageMissing(RuntimeError):
-    pass
+class StageMissing(InputFileError):
+    """A stage not selected whose output is not there (run it first)."""
 
 
-class StageLocked(RuntimeError):
+class StageLocked(InputFileError):
     """Another run writes this stage's output now."""
+
+
+# what a run fails with as one line (the flow run's message; `macco run` prints it, exit 2): the user's input,
+# config or artifacts, not a bug
+USER_ERRORS = (InputFileError, ConfigError, FileNotFoundError)
 
 
 @contextmanager
@@ -92,8 +98,9 @@ class _Runner:
         if stage not in self.stages:
             if stage_done(out):
                 return False, False
-            raise StageMissing(f"stage {stage!r} is not selected and has no complete output at {out}; "
-                               f"run it first (stages=[{stage!r}, ...])")
+            raise StageMissing(f"stage {stage!r} is not selected and has no complete output at {out}: the selected "
+                               f"stages {self.stages} need it; run it first (stages=[{stage!r}, ...], or the full "
+                               "deployment)")
         if stage in self.force and out.exists():
             shutil.rmtree(out)
         return True, not stage_done(out)
@@ -138,12 +145,20 @@ class _Runner:
 @flow(name="macco", log_prints=True)
 def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None = None,
                    force: list[str] | None = None, overrides: dict | None = None) -> dict:
+    """The DAG. A config error, a missing upstream stage, failed mask checks or a damaged table fail the run with
+    one line (its state's message; calling the flow raises the error itself), not a traceback."""
     try:
-        cfg = load_config(config, overrides)
-        r = _Runner(cfg, list(stages or STAGES), list(force or []))
-    except (ConfigError, FileNotFoundError) as exc:  # the run fails with the one line, not a traceback
-        get_run_logger().error("%s", exc)
-        return Failed(message=f"config error: {exc}")
+        return _pipeline(config, stages, force, overrides)
+    except USER_ERRORS as exc:
+        line = " ".join(str(exc).split())
+        line = f"config error: {line}" if isinstance(exc, ConfigError) else line
+        get_run_logger().error("%s", line)
+        return Failed(message=line, data=exc)
+
+
+def _pipeline(config: str, stages: list[str] | None, force: list[str] | None, overrides: dict | None) -> dict:
+    cfg = load_config(config, overrides)
+    r = _Runner(cfg, list(stages or STAGES), list(force or []))
     out: dict = {"config": config}
 
     # the source: the world (the embedded default), a COCO-layout root, or CSV/TSV, image folder, webdataset;

@@ -19,6 +19,13 @@ from data_schemas.config import from_dict
 from flows.dag import read_stage, stage_done, write_stage  # noqa: F401 (API)
 
 
+def read_back(out: Path) -> dict:
+    """A finished output found by a task whose Prefect cache record is missing (e.g. a new PREFECT_HOME): read
+    back, not recomputed, and said so in the log (the UI shows the task Completed)."""
+    get_run_logger().info("already done at %s: read back, not recomputed", out)
+    return read_stage(out)
+
+
 def _key_fn(ctx, params) -> str:
     """The Prefect cache key: the task, the output's content key (the artifact directory's name), the shard."""
     shard = f"-{params['shard']}" if "shard" in params else ""
@@ -37,7 +44,7 @@ def stage_task(name: str, inputs: dict, cfg: dict, out: str, key: str) -> dict:
 
     out = Path(out)
     if stage_done(out):
-        return read_stage(out)
+        return read_back(out)
     body = BY_NAME[name].run(inputs, cfg, out, key)
     return write_stage(out, {"stage": name, "key": key, "dir": str(out), **body})
 
@@ -104,7 +111,7 @@ def train_task(name: str, settings: dict, out: str, key: str, nproc: int = 1) ->
     """One training run (in-process, or under torchrun with ``nproc`` > 1); returns the export manifest."""
     out = Path(out)
     if stage_done(out):
-        return read_stage(out)
+        return read_back(out)
     logger = get_run_logger()
     # a killed run continues from its latest checkpoint (the data order is deterministic, so the result is
     # the uninterrupted run's); resume and save_every are not part of the run key
@@ -130,7 +137,7 @@ def train_task(name: str, settings: dict, out: str, key: str, nproc: int = 1) ->
 
         cfg = load_config(None, [], **settings)
         apply_process_settings(cfg.cpu_keep_freed_memory, cfg.device)  # this process trains: the launcher's call
-        summary = train(cfg, on_log=_train_progress(name, logger))
+        summary = train(cfg, on_log=_train_progress(name, logger), on_note=logger.info)
     last = summary["history"][-1] if summary["history"] else {}
     logger.info("train %s: %d steps, last %s", name, summary["steps"],
                 {k: v for k, v in last.items() if k.endswith("loss")})
@@ -158,7 +165,7 @@ def evaluate_task(label: str, run: dict | None, eval_cfg: dict, out: str, key: s
 
     out = Path(out)
     if stage_done(out):
-        return read_stage(out)
+        return read_back(out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = from_dict(EvalConfig, eval_cfg, "evaluate.settings", model=run["arch"], checkpoint=run["export_pt"])
     res = evaluate(cfg, list(cfg.roots), run=label)

@@ -122,7 +122,14 @@ def cmd_captions(args) -> int:
     _print_manifests(m)
     reasons = m["captions"].get("summary", {}).get("error_reasons", {})
     print(f"errors: {m['errors']['rows']} " + ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())))
-    print(f"image root: {captions_image_root(cfg, out)}   (next: macco parse {out / 'captions'} --out {out})")
+    root = captions_image_root(cfg, out)
+    if m["captions"]["rows"] == 0 and reasons.get("missing_image", 0) == m["errors"]["rows"] > 0:
+        hint = "" if args.image_root or cfg.source in ("coco", "webdataset") else \
+            " (the file's folder: pass --image-root DIR where its image paths start)"
+        print(f"macco captions: none of the {m['errors']['rows']} captions' images was found under {root}{hint}",
+              file=sys.stderr)
+        return 2
+    print(f"image root: {root}   (next: macco parse {out / 'captions'} --out {out})")
     return 0
 
 
@@ -220,6 +227,13 @@ def cmd_ground(args) -> int:
             print("macco ground: the annotations backend needs --instances ROOT (COCO layout) ", file=sys.stderr)
             return 2
         instances = read_instances(args.instances, args.splits)
+        known = {c["image_id"] for c in caps} & set(instances)
+        if caps and not known:
+            print(f"macco ground: none of the {len({c['image_id'] for c in caps})} images of {tables / 'captions'} "
+                  f"is in the instances files under {args.instances} (splits {' '.join(args.splits)}): the "
+                  "annotations backend reads COCO instance boxes for COCO captions; for other data use --backend "
+                  "groundingdino or hf", file=sys.stderr)
+            return 2
     out = Path(args.out or tables)
     m = ground_stage(_grounding_config(args), caps, sg, args.images, out / "ground", instances=instances)
     _print_manifests(m)

@@ -81,11 +81,11 @@ def add_parsers(sub) -> None:
 
 def cmd_train(args, extra=()) -> int:
     from model.runtime import apply_process_settings
-    from model.train import load_config, progress_printer, train
+    from model.train import load_config, note_printer, progress_printer, train
 
     cfg = load_config(args.config, list(extra))
     apply_process_settings(cfg.cpu_keep_freed_memory, cfg.device)
-    summary = train(cfg, progress_printer(cfg))
+    summary = train(cfg, progress_printer(cfg), note_printer)
     last = summary["history"][-1] if summary["history"] else {}
     print(json.dumps({"steps": summary["steps"], "last": last, "export": summary.get("export")}, indent=2))
     return 0

@@ -26,18 +26,50 @@ def register_model_configs() -> None:
     _registered = True
 
 
-def create_clip(arch: str, pretrained: str | None = None, **kw):
+class _NoRandomInitWarning:
+    """A logging filter dropping open_clip's "No pretrained weights loaded ... initialized randomly" while a model
+    is built whose weights come from elsewhere (a file loaded next, a checkpoint resumed): it would be false."""
+
+    def filter(self, record) -> bool:
+        return "initialized randomly" not in record.getMessage()
+
+
+def create_clip(arch: str, pretrained: str | None = None, weights_later: bool = False, **kw):
     """``open_clip.create_model(arch, pretrained=...)``; for a ``local-dir:`` folder, whose loader ignores
     ``pretrained`` (it reads the folder's own weights), the file's weights are loaded afterwards — a fine-tune
-    of a SigLIP folder starts from its base's export, not from the folder."""
+    of a SigLIP folder starts from its base's export, not from the folder. ``weights_later``: the caller loads
+    every weight afterwards (a resumed run, a training checkpoint), so open_clip's random-init warning is not
+    shown; the caller says what it loaded (``weights_note``)."""
+    import logging
+
     import open_clip
 
-    if not arch.startswith("local-dir:"):
-        return open_clip.create_model(arch, pretrained=pretrained, **kw)
-    model = open_clip.create_model(arch, **kw)
+    quiet, root = _NoRandomInitWarning(), logging.getLogger()  # open_clip warns through the root logger
+    if weights_later or (pretrained and arch.startswith("local-dir:")):
+        root.addFilter(quiet)
+    try:
+        if not arch.startswith("local-dir:"):
+            return open_clip.create_model(arch, pretrained=pretrained, **kw)
+        model = open_clip.create_model(arch, **kw)
+        if pretrained:
+            open_clip.load_checkpoint(model, pretrained)
+        return model
+    finally:
+        root.removeFilter(quiet)
+
+
+def weights_note(arch: str, pretrained: str | None, resumed: tuple[int, str] | None = None) -> str:
+    """What a run starts from, in one line: a resumed checkpoint, a weights file (with its sha256), a pretrained
+    tag, or a random initialisation."""
+    if resumed is not None:
+        return f"{arch}: resumed from step {resumed[0]} (checkpoint {resumed[1]})"
+    if pretrained and Path(pretrained).is_file():
+        from .export import file_sha256
+
+        return f"{arch}: weights from {pretrained} (sha256 {file_sha256(pretrained)[:12]})"
     if pretrained:
-        open_clip.load_checkpoint(model, pretrained)
-    return model
+        return f"{arch}: open_clip pretrained weights {pretrained!r}"
+    return f"{arch}: no pretrained weights, initialised randomly"
 
 
 def resolve_arch(name: str, pretrained: str | None = None) -> str:

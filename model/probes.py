@@ -316,7 +316,7 @@ def load_training_task(train_checkpoint: str | Path, device: str = "cpu"):
     # the architecture the run built (its weights file decided it, e.g. QuickGELU for OpenAI weights), without
     # loading that file: the checkpoint holds every weight
     task = build_task(load_config(None, [], **{**ck["config"], "pretrained": None,
-                                               "arch": resolve_arch(cfg.arch, cfg.pretrained)}))
+                                               "arch": resolve_arch(cfg.arch, cfg.pretrained)}), weights_later=True)
     task.load_state_dict(ck["task"])
     return task.to(device).eval(), cfg
 

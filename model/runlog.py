@@ -111,12 +111,13 @@ class RunLog:
             for k, v in row.items():
                 if k != "step":
                     self.writer.add_scalar(k, v, step + 1)
-        if self.bar is not None:
-            self.bar.set_postfix(total=f"{row['total_loss']:.3f}")
+        done, elapsed = step + 1 - st.start, time.perf_counter() - self.t0
+        rate = done * st.cfg.batch_size * st.world / elapsed
+        if self.bar is not None:  # every loss term and the rate, as the flow's lines; tqdm shows the time left
+            self.bar.set_postfix_str(" ".join(f"{k.removesuffix('_loss')} {v:.4f}" for k, v in row.items()
+                                              if k.endswith("_loss")) + f" | {rate:.0f} samples/s")
         if self.on_log is not None:
-            done, elapsed = step + 1 - st.start, time.perf_counter() - self.t0
-            self.on_log({**row, "total_steps": st.total,
-                         "samples_per_s": done * st.cfg.batch_size * st.world / elapsed,
+            self.on_log({**row, "total_steps": st.total, "samples_per_s": rate,
                          "eta_s": elapsed / done * (st.total - step - 1)})
 
     def advance(self) -> None:

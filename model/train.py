@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import random
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -99,14 +100,15 @@ def scenes_path(cfg: TrainConfig) -> Path:
     return Path(cfg.scenes) if cfg.scenes else Path(cfg.image_root) / f"scenes_{cfg.split}.json"
 
 
-def build_task(cfg: TrainConfig, vocab=None):
+def build_task(cfg: TrainConfig, vocab=None, weights_later: bool = False):
     """The training task: ``MaccoTask`` (macco, clip-ft and the ablations) or ``SceneTask`` (mode scene, with
-    the scene vocabulary ``vocab``). ``lock_image`` freezes the image tower."""
+    the scene vocabulary ``vocab``). ``lock_image`` freezes the image tower. ``weights_later``: every weight is
+    loaded afterwards (a resumed checkpoint), see ``model.create_clip``."""
     from . import create_clip, register_model_configs, resolve_arch
 
     register_model_configs()
     arch = resolve_arch(cfg.arch, cfg.pretrained)
-    clip = create_clip(arch, cfg.pretrained)
+    clip = create_clip(arch, cfg.pretrained, weights_later=weights_later)
     if cfg.mode == "scene":
         from .scene import SceneTask
 
@@ -145,6 +147,7 @@ class TrainState:
     world: int
     counts: dict  # build_samples' counts
     out_dir: Path
+    resumed_from: Path | None = None  # the checkpoint a resumed run continues from
 
     @property
     def is_main(self) -> bool:
@@ -176,7 +179,8 @@ def setup(cfg: TrainConfig) -> TrainState:
         from .scene import scene_targets
 
         scenes, vocab = scene_targets(scenes_path(cfg))
-    task = build_task(cfg, vocab).to(device)
+    ck = latest_checkpoint(cfg.out_dir) if cfg.resume == "auto" else (Path(cfg.resume) if cfg.resume else None)
+    task = build_task(cfg, vocab, weights_later=ck is not None).to(device)
     task.rank, task.world_size = rank, world
     samples, counts = build_samples({k: Path(v) for k, v in cfg.tables.items()}, cfg.split,
                                     hard_negatives=cfg.hardneg, seed=cfg.seed)
@@ -200,7 +204,6 @@ def setup(cfg: TrainConfig) -> TrainState:
     state = TrainState(cfg, task, task, opt, sched, scaler, device,
                        {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision), None, total, 0, rank, world,
                        counts, Path(cfg.out_dir))
-    ck = latest_checkpoint(state.out_dir) if cfg.resume == "auto" else (Path(cfg.resume) if cfg.resume else None)
     if ck is not None:
         resume(state, ck)
     if world > 1:
@@ -252,6 +255,7 @@ def resume(state: TrainState, path: Path) -> None:
     state.sched.load_state_dict(ck["scheduler"])
     state.scaler.load_state_dict(ck["scaler"])
     state.start = int(ck["step"])
+    state.resumed_from = Path(path)
     torch.set_rng_state(ck["rng"]["torch"])
     random.setstate(ck["rng"]["python"])
 
@@ -302,13 +306,20 @@ def terms_over_ranks(terms: dict[str, torch.Tensor], world: int) -> dict[str, to
     return {k: v if k.startswith("empty_") else v / world for k, v in zip(names, vec)}
 
 
-def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dict:
+def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None,
+          on_note: Callable[[str], None] | None = None) -> dict:
     """Train one run; returns its summary (and on rank 0 writes the final checkpoint and the export). ``on_log``
-    gets every logged row with ``total_steps``, ``samples_per_s`` and ``eta_s`` added. Process-wide settings
-    (allocator, TF32) are the launcher's: ``model.runtime.apply_process_settings``."""
+    gets every logged row with ``total_steps``, ``samples_per_s`` and ``eta_s`` added; ``on_note`` (default: this
+    module's log) one line saying what the run starts from (``model.weights_note``: a resumed checkpoint, a
+    weights file, a random initialisation). Process-wide settings (allocator, TF32) are the launcher's:
+    ``model.runtime.apply_process_settings``."""
+    from . import weights_note
     from .export import export_clip
 
     state = setup(cfg)
+    note = weights_note(cfg.arch, cfg.pretrained, (state.start, str(state.resumed_from)) if state.start else None)
+    if state.is_main:
+        (on_note or log.info)(f"train {cfg.mode}: {note}")
     run_log, skips = RunLog(state, on_log), SkipCount(cfg)
     batches = iter(state.loader)
     try:
@@ -328,7 +339,7 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dic
     finally:
         run_log.close()
     summary = {"steps": state.total, "start_step": state.start, "samples": state.counts, **skips.summary(),
-               "history": run_log.history}
+               "history": run_log.history, "init": note}
     if skips.n:
         log.warning("train %s: %d unreadable or resized image(s) skipped, e.g. %s", cfg.mode, skips.n,
                     summary["skipped_examples"][:3])
@@ -340,6 +351,11 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None) -> dic
     if state.world > 1:
         torch.distributed.barrier()
     return summary
+
+
+def note_printer(line: str) -> None:
+    """``train``'s notes on stderr (stdout stays for results)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def resolve_export_arch(cfg: TrainConfig) -> str:
@@ -356,7 +372,7 @@ def main(argv: list[str] | None = None) -> dict:
     from .runtime import apply_process_settings
 
     apply_process_settings(cfg.cpu_keep_freed_memory, cfg.device)  # the launcher's process-wide settings
-    return train(cfg, progress_printer(cfg))
+    return train(cfg, progress_printer(cfg), note_printer)
 
 
 if __name__ == "__main__":

@@ -96,6 +96,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: a mapping expected (a train section), got {type(data).__name__}")
         data = data.get("train", data)
+        flow_keys = sorted({"base", "common", "runs", "seeds", "torchrun_nproc"} & set(data or {}))
+        if flow_keys:
+            raise ConfigError(f"{path} is a flow config (train.{', train.'.join(flow_keys)}): run it with `macco run "
+                              f"--config {path}`; `macco train` takes one training section (configs/"
+                              "train-example.yaml shows one)")
     data.update(kw)
     for ov in overrides or []:
         if "=" not in ov:

@@ -60,6 +60,12 @@ def summarize(tables: dict) -> dict:
     return out
 
 
+# the columns of the summary's lists (what ``format_summary`` prints above their rows)
+SUMMARY_COLUMNS = {"top_relations": ("relation", "count"), "top_attributes": ("attribute", "count"),
+                   "masked_patches_per_phrase": ("grid", "mean", "min", "max"),
+                   "errors": ("stage", "reason", "rows")}
+
+
 def format_summary(s: dict) -> str:
     lines = ["rows per table:"] + [f"  {k:<13} {v:>9}" for k, v in s["rows"].items()]
     for k, v in s.items():
@@ -67,7 +73,8 @@ def format_summary(s: dict) -> str:
             continue
         if isinstance(v, list):
             lines.append(f"{k}:")
-            lines += [f"  {' | '.join(str(x) for x in row)}" for row in v]
+            rows = [[f"{x:.2f}" if isinstance(x, float) else str(x) for x in row] for row in v]
+            lines += [f"  {' | '.join(row)}" for row in [list(SUMMARY_COLUMNS.get(k, ())), *rows] if row]
         elif isinstance(v, float):
             lines.append(f"{k}: {v:.3f}")
         else:

@@ -138,9 +138,26 @@ def chance_segments(names: list[str], half: float = 0.45) -> list[tuple[float, f
     return [(i - half, i + half, 100 * CHANCE[n]) for i, n in enumerate(names)]
 
 
-def results_figure(table: dict, names: list[str], title: str):
+def paired_marks(table: dict, tests: dict, control: str, alpha: float) -> dict[tuple[str, str], str]:
+    """{(model, report row): "▲" / "▼"}: the case-level paired test is significant and its direction agrees with
+    the cell's mean against the control's (a macro average can move the other way than the pooled cases)."""
+    marks = {}
+    for m, rows in tests.items():
+        for name, t in rows.items():
+            ref, cell = table.get(control, {}).get(name), table.get(m, {}).get(name)
+            if ref is None or cell is None or t["p_case"] >= alpha:
+                continue
+            if t["b_case"] > t["c_case"] and cell[0] > ref[0]:
+                marks[(m, name)] = "▲"
+            elif t["b_case"] < t["c_case"] and cell[0] < ref[0]:
+                marks[(m, name)] = "▼"
+    return marks
+
+
+def results_figure(table: dict, names: list[str], title: str, marks: dict | None = None):
     """Grouped bars of ``collect``'s table (error bars: sd over seeds where a model has several), each group's
-    n under its name and its own chance line."""
+    n under its name and its own chance line; ▲/▼ above a bar: the paired test against the control
+    (``paired_marks``)."""
     from matplotlib.figure import Figure  # not through pyplot: no GUI backend, nothing to close
 
     labels = list(table)
@@ -152,6 +169,11 @@ def results_figure(table: dict, names: list[str], title: str):
         ys = [100 * table[m][n][0] if n in table[m] else 0 for n in names]
         err = [100 * table[m][n][1] if n in table[m] and table[m][n][2] > 1 else 0 for n in names]
         ax.bar(xs, ys, width, yerr=err if any(err) else None, capsize=3, label=m)
+        for x, y, e, n in zip(xs, ys, err, names):
+            mark = (marks or {}).get((m, n))
+            if mark:
+                ax.text(x, y + e + 1, mark, ha="center", va="bottom", fontsize=9,
+                        color="tab:green" if mark == "▲" else "tab:red")
     ax.set_xticks(range(len(names)))
     ns = [next(table[m][n][3] for m in labels if n in table[m]) for n in names]
     ax.set_xticklabels([f"{n}\n(n={k})" for n, k in zip(names, ns)], rotation=30, ha="right", fontsize=8)
@@ -163,6 +185,8 @@ def results_figure(table: dict, names: list[str], title: str):
         ax.hlines(ys, x0, x1, color="black", lw=1.0, ls="--", label="chance")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
+    if marks:
+        fig.text(0.01, 0.01, "▲/▼: better/worse than the control in the paired case-level test", fontsize=7)
     fig.tight_layout()
     return fig
 
@@ -200,6 +224,18 @@ def check_results_shape(benches: dict, path: Path) -> None:
         if not isinstance(cases, dict) or not all(isinstance(c, str) and set(c) <= set("01x")
                                                   for c in cases.values()):
             raise ValueError(f"{where}.cases: a mapping of group -> a string of 1/0/x per case expected")
+
+
+def _dropped_groups(results: dict[str, list[dict]]) -> dict[str, list[str]]:
+    """{report row: the models whose results hold its benchmark but no value for the group} — e.g. an ARO
+    VG-Attribution macro with every group under ``vga_min_count`` cases, or a file with no scorable case: named
+    in the report instead of left out silently."""
+    out: dict[str, list[str]] = {}
+    for bench, key, name in GROUPS:
+        for label, runs in results.items():
+            if any(bench in r["benchmarks"] and r["benchmarks"][bench]["groups"].get(key) is None for r in runs):
+                out.setdefault(name, []).append(label)
+    return out
 
 
 def load_results(specs: list[str]) -> dict[str, list[dict]]:
@@ -251,6 +287,7 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
     tests = paired_tests(results, control)
     others = [m for m in labels if m not in (control, "base")]
     names = [name for _, _, name in GROUPS if any(name in table[m] for m in labels)]
+    marks = paired_marks(table, tests, control, alpha)
     seeds = {m: max((v[2] for v in table[m].values()), default=0) for m in labels}
     lines = [f"# {title}", "", note, "",
              "| benchmark group | n | chance | " + " | ".join(f"{m} ({seeds[m]} seed{'s' if seeds[m] != 1 else ''})"
@@ -264,17 +301,8 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
                 cells.append("-")
                 continue
             mean, sd, k, _ = table[m][name]
-            t = tests.get(m, {}).get(name)
-            mark = ""
-            ref = table.get(control, {}).get(name)
-            # marked when the case-level test is significant and its direction agrees with the cell's mean
-            # (a macro average can move the other way than the pooled cases)
-            if t is not None and ref is not None and t["p_case"] < alpha:
-                if t["b_case"] > t["c_case"] and mean > ref[0]:
-                    mark = " ▲"
-                elif t["b_case"] < t["c_case"] and mean < ref[0]:
-                    mark = " ▼"
-            cells.append(f"{100 * mean:.1f}" + (f" ± {100 * sd:.1f}" if k > 1 else "") + mark)
+            mark = marks.get((m, name), "")
+            cells.append(f"{100 * mean:.1f}" + (f" ± {100 * sd:.1f}" if k > 1 else "") + (f" {mark}" if mark else ""))
         lines.append(f"| {name} | {n} | {100 * CHANCE[name]:.0f} | " + " | ".join(cells) + " |")
     lines += ["", "Accuracy in %; ± is the standard deviation over seeds." if any(seeds[m] > 1 for m in labels)
               else "Accuracy in %; one seed per model: no spread estimate."]
@@ -294,11 +322,15 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
         for name, r in rows.items():
             lines.append(f"| {name} | {r['cases']} | {r['n']} | {r['b']} | {r['c']} | {r['p']:.3g} | "
                          f"{r['b_case']} / {r['c_case']} | {r['p_case']:.3g}{' *' if r['p_case'] < alpha else ''} |")
+    dropped = _dropped_groups(results)
+    if dropped:
+        lines += ["", "Not reported (no cases scored): " + "; ".join(f"{g} ({', '.join(ms)})"
+                                                                  for g, ms in dropped.items())]
     lines += _probe_section(results)
     md = out_dir / "results.md"
     md.write_text("\n".join(lines) + "\n")
 
-    fig = results_figure(table, names, title)
+    fig = results_figure(table, names, title, marks)
     png = out_dir / "results.png"
     fig.savefig(png, dpi=120)
     (out_dir / "results.json").write_text(json.dumps(

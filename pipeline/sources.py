@@ -140,6 +140,10 @@ def read_folder_source(captions_jsonl: str | Path, *, image_root: str | Path | N
                        split: str = "train") -> CaptionRead:
     """An image folder + a JSONL of ``{"file_name", "caption"[, "id", "split"]}`` (``id`` default: line - 1)."""
     path = Path(captions_jsonl)
+    if path.is_dir():
+        raise InputFileError(f"{path} is a folder: --source folder reads a JSONL file with one "
+                             '{"file_name": ..., "caption": ...} per line (optional "id", "split"), the images '
+                             "relative to the file's folder or to --image-root")
     root = Path(image_root) if image_root else path.parent
     images, out = _Images(root), CaptionRead()
     seen: dict[int, str] = {}

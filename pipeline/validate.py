@@ -5,11 +5,13 @@ import json
 from pathlib import Path
 
 from data_schemas import TABLES
-from data_schemas._io import MANIFEST, TableError
+from data_schemas._io import MANIFEST, InputFileError, TableError
 from data_schemas.checks import CheckResult, run_checks
 
 
-class ValidationFailed(RuntimeError):
+class ValidationFailed(InputFileError):
+    """Mask-table checks failed: the tables are not fit to train on (the gate)."""
+
     def __init__(self, results: list[CheckResult]):
         self.results = results
         failed = [r for r in results if r.status == "fail"]

@@ -269,28 +269,36 @@ def generate_world(out: str | Path, cfg: WorldConfig) -> dict:
     return summary
 
 
-def preview(root: str | Path, out_png: str | Path, split: str = "train", n: int = 8, scale: int = 3) -> Path:
-    """A grid of sample images with their first two captions, for the README."""
+def preview_lines(image_id: int, captions: list[str], wrap: int = 40) -> list[str]:
+    """A preview cell's text: the image id, then every caption whole, wrapped at ``wrap`` characters."""
+    return [f"image {image_id}"] + [w for cap in captions
+                                    for w in textwrap.wrap(f"- {cap}", wrap, subsequent_indent="  ")]
+
+
+def preview(root: str | Path, out_png: str | Path, split: str = "train", n: int = 8, scale: int = 3,
+            wrap: int = 40) -> Path:
+    """A grid of sample images, each with its image id and every caption whole (wrapped, never cut)."""
     root = Path(root)
     caps = json.loads((root / "annotations" / f"captions_{split}2014.json").read_text())
     by_image: dict[int, list[str]] = {}
     for a in caps["annotations"]:
         by_image.setdefault(a["image_id"], []).append(a["caption"])
     imgs = caps["images"][:n]
-    cell_w, text_h = 64 * scale + 240, 64 * scale
+    side, line_h = 64 * scale, 12
+    texts = [preview_lines(im["id"], by_image.get(im["id"], []), wrap) for im in imgs]
+    cell_w, cell_h = side + 8 + 6 * wrap, max([side] + [8 + line_h * len(t) for t in texts]) + 8
     cols = 2
     rows = math.ceil(len(imgs) / cols)
-    canvas = Image.new("RGB", (cols * cell_w, rows * text_h), (255, 255, 255))
+    canvas = Image.new("RGB", (cols * cell_w, rows * cell_h), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
     for k, im in enumerate(imgs):
         r, c = divmod(k, cols)
         pic = Image.open(root / f"{split}2014" / im["file_name"]).convert("RGB")
-        pic = pic.resize((64 * scale, 64 * scale), Image.Resampling.NEAREST)
-        canvas.paste(pic, (c * cell_w, r * text_h))
-        lines = by_image.get(im["id"], [])[:3]
-        for li, line in enumerate(lines):
-            for wi, w in enumerate(textwrap.wrap(line, 36)[:2]):
-                draw.text((c * cell_w + 64 * scale + 6, r * text_h + 8 + li * 40 + wi * 12), w, fill=(0, 0, 0))
+        pic = pic.resize((side, side), Image.Resampling.NEAREST)
+        canvas.paste(pic, (c * cell_w, r * cell_h))
+        for li, line in enumerate(texts[k]):
+            draw.text((c * cell_w + side + 6, r * cell_h + 4 + li * line_h), line,
+                      fill=(0, 0, 120) if li == 0 else (0, 0, 0))
     out_png = Path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)
     canvas.save(out_png)

@@ -108,6 +108,10 @@ def load_encoder(cfg: EvalConfig) -> tuple[Encoder, str, str]:
 
     register_model_configs()
     kw = activation_kwargs(cfg)
+    if cfg.checkpoint and (Path(cfg.checkpoint).suffix or "/" in cfg.checkpoint) and \
+            not Path(cfg.checkpoint).is_file():  # a path, not an open_clip tag such as "openai"
+        raise FileNotFoundError(f"{cfg.checkpoint}: checkpoint file not found (--checkpoint: a weights file, e.g. "
+                                "a run's export.pt, or an open_clip pretrained tag)")
     if cfg.model.startswith("local-dir:"):
         model, _, preprocess = open_clip.create_model_and_transforms(cfg.model, device=cfg.device, **kw)
         tokenizer = open_clip.get_tokenizer(cfg.model)

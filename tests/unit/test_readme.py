@@ -37,7 +37,13 @@ def test_readme_has_shell_blocks():
 def test_every_macco_line_parses_with_the_cli(line):
     from macco.cli import build_parser
 
-    args = build_parser().parse_args(argv_of(line)[1:])
+    argv = argv_of(line)[1:]
+    if "--help" in argv:
+        with pytest.raises(SystemExit) as exit_:
+            build_parser().parse_args(argv)
+        assert exit_.value.code == 0
+        return
+    args = build_parser().parse_args(argv)
     assert callable(args.fn)
 
 
@@ -73,3 +79,12 @@ def test_every_fault_row_names_a_test_that_exists():
                     str(p.relative_to(REPO)) for p in (REPO / "tests").rglob(file))
             assert current is not None, row
             assert re.search(rf"^def {name}\(", (REPO / current).read_text(), flags=re.M), (current, name)
+
+
+def test_every_deployment_run_line_names_its_config():
+    """A `deployment run` without a config runs the deployment's default (the demo): each README line says which
+    config it means."""
+    runs = [ln for ln in shell_lines() if "deployment run" in ln]
+    assert runs
+    for line in runs:
+        assert "config" in line and "configs/" in line, line
