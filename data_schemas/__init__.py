@@ -1,11 +1,11 @@
 """Table schemas, their DuckDB checks, and the shared Parquet read/write (no torch/spacy/prefect here)."""
-from . import captions, errors, eval_results, patch_masks, regions, scene_graphs, token_masks
+from . import captions, errors, eval_results, official, patch_masks, regions, scene_graphs, token_masks
 from ._io import (Check, InputFileError, ShardedTableWriter, TableError, TableSpec, append_table, apply_umask,
                   is_complete, load_json, read_manifest, read_table, refuse_unreadable, table_files, table_lock,
                   verify_table, write_table)
 
 TABLES: dict[str, TableSpec] = {m.SPEC.name: m.SPEC for m in (
-    captions, scene_graphs, token_masks, regions, patch_masks, errors, eval_results)}
+    captions, scene_graphs, token_masks, regions, patch_masks, errors, eval_results, official)}
 
 __all__ = ["TABLES", "Check", "TableSpec", "TableError", "InputFileError", "ShardedTableWriter", "write_table",
            "append_table", "table_lock", "read_table", "read_manifest", "is_complete", "verify_table",

@@ -1,7 +1,9 @@
 """Table ``scene_graphs``: one row per concept (object / attribute / relation) of a caption.
 
 ``object_id`` of an attribute is the object it modifies; a relation has ``subject_id`` and ``object_id``.
-Character spans index the caption string (end exclusive) of the ``captions`` table.
+Character spans index the caption string (end exclusive) of the ``captions`` table. Rows of ``parser = 'official'``
+(MACCO's file, which names no heads) may leave a head null where the file's phrases and the caption's objects
+leave it unknown; a head that is given must exist.
 """
 import pyarrow as pa
 
@@ -44,8 +46,11 @@ CHECKS = (
           "and o.kind = 'object' "
           "left join scene_graphs j on j.caption_id = s.caption_id and j.concept_id = s.subject_id "
           "and j.kind = 'object' "
-          "where (s.kind = 'attribute' and o.concept_id is null) "
-          "or (s.kind = 'relation' and (o.concept_id is null or j.concept_id is null))"),
+          "where (s.kind = 'attribute' and o.concept_id is null "
+          "and not (s.parser = 'official' and s.object_id is null)) "
+          "or (s.kind = 'relation' and ((o.concept_id is null "
+          "and not (s.parser = 'official' and s.object_id is null)) "
+          "or (j.concept_id is null and not (s.parser = 'official' and s.subject_id is null))))"),
 )
 
 SPEC = TableSpec("scene_graphs", SCHEMA, ("caption_id", "concept_id"), 1, CHECKS)

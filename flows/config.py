@@ -77,6 +77,10 @@ def check_sections(cfg: dict) -> None:
     _check_tokenizers(cfg)
     from_dict(ParseConfig, cfg["parse"], "config parse")
     from_dict(GroundingConfig, cfg["ground"], "config ground")
+    for where, value in (("parse.parser", cfg["parse"].get("parser")), ("ground.backend", cfg["ground"]["backend"])):
+        if value == "official" and data["source"] != "macco-tsv":
+            raise ConfigError(f"config {where}: 'official' reads MACCO's released file: it needs data.source "
+                              f"macco-tsv (this config: {data['source']!r})")
     train = cfg["train"]
     for where, section in [("train.common", train["common"]),
                            *((f"train.base[{i}]", b) for i, b in enumerate(base_sections(train["base"]))),

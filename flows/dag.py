@@ -155,8 +155,9 @@ def _captions(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
     m = captions_stage(c, out)
     _logger().info("captions (%s): %d rows, %d errors %s", c.source, m["captions"]["rows"], m["errors"]["rows"],
                    m["captions"].get("summary", {}).get("error_reasons", {}))
+    content = m["captions"]["content_hash"] + (m["official"]["content_hash"] if "official" in m else "")
     return {"source": c.source, "root": captions_image_root(c, out), "tables": tables_of(m, out),
-            "content_hash": m["captions"]["content_hash"], "summary": m["captions"].get("summary", {})}
+            "content_hash": content, "summary": m["captions"].get("summary", {})}
 
 
 # ---- tokenizer (a SigLIP model folder from the training captions; only with tokenizer.arch) ----------------
@@ -190,8 +191,10 @@ def _parse_stage(inputs: dict, cfg: dict, out: Path, **kw) -> dict:
     from pipeline.stages import ParseConfig, parse_stage
 
     captions = inputs["captions"]
-    return parse_stage(from_dict(ParseConfig, cfg, "parse"), _rows(captions, "captions"), out, reuse=True,
-                       inputs=captions["content_hash"], **kw)
+    pcfg = from_dict(ParseConfig, cfg, "parse")
+    official = _rows(captions, "official") if pcfg.parser == "official" else None
+    return parse_stage(pcfg, _rows(captions, "captions"), out, reuse=True,
+                       inputs=captions["content_hash"], official=official, **kw)
 
 
 def _parse_shard(inputs: dict, cfg: dict, out: Path, key: str, shard: int) -> None:
@@ -225,8 +228,10 @@ def _ground_stage(inputs: dict, cfg: dict, out: Path, key: str, **kw) -> dict:
             raise ValueError(f"ground.backend 'annotations' reads COCO instances files: it works with data.source "
                              f"coco only (this run: {captions['source']!r}); use backend groundingdino or hf")
         instances = read_instances(captions["root"], sorted({c["split"] for c in caps}))
+    official = _rows(captions, "official") if gcfg.backend == "official" else None
     # the key covers the captions, the scene graphs, the images and instances (source) and the weights
-    return ground_stage(gcfg, caps, sg, captions["root"], out, instances=instances, reuse=True, inputs=key, **kw)
+    return ground_stage(gcfg, caps, sg, captions["root"], out, instances=instances, official=official, reuse=True,
+                        inputs=key, **kw)
 
 
 def _ground_shard(inputs: dict, cfg: dict, out: Path, key: str, shard: int) -> None:

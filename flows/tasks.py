@@ -143,7 +143,8 @@ def train_task(name: str, settings: dict, out: str, key: str, nproc: int = 1) ->
                 {k: v for k, v in last.items() if k.endswith("loss")})
     if summary.get("skipped_images"):
         logger.warning("train %s: %d unreadable or resized training image(s) skipped (within "
-                       "max_skipped_fraction), e.g. %s", name, summary["skipped_images"], summary["skipped_examples"][:3])
+                       "max_skipped_fraction), e.g. %s", name, summary["skipped_images"],
+                       summary["skipped_examples"][:3])
     exp = summary["export"]
     return write_stage(out, {"stage": "train", "name": name, "key": key, "dir": str(out), "export_dir": exp["dir"],
                              "skipped_images": summary.get("skipped_images", 0),

@@ -16,14 +16,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="macco", description=__doc__)
     sub = p.add_subparsers(dest="verb", required=True)
     _data_parsers(sub)  # world, captions, parse, ground, masks, show-masks (macco/commands_data.py)
-    _tables_parsers(sub)  # validate, inspect, sql, report (macco/commands_tables.py)
+    _tables_parsers(sub)  # validate, inspect, sql, agreement, report (macco/commands_tables.py)
     _model_parsers(sub)  # train, eval, probe, run (macco/commands_model.py)
     return p
 
 
 def _input_errors() -> tuple[type[BaseException], ...]:
     """What main() reports as one line: the project's input errors (malformed files, missing or damaged
-    tables: ``InputFileError`` and its ``TableError``), config errors (``ConfigError``) and missing files. Other exceptions are bugs and keep
+    tables: ``InputFileError`` and its ``TableError``), config errors (``ConfigError``) and missing files. Other
+    exceptions are bugs and keep
     their traceback. Imported when an exception is being handled, so a plain ``--help`` stays light."""
     from data_schemas import InputFileError
     from data_schemas.config import ConfigError

@@ -189,7 +189,8 @@ def cmd_parse(args) -> int:
         return 2
     out = Path(args.out)
     cfg = config_from_args(ParseConfig, args, PARSE_FLAGS, "macco parse")
-    manifests = parse_stage(cfg, read.rows, out)
+    official = _official_rows(Path(args.captions).parent) if cfg.parser == "official" else None
+    manifests = parse_stage(cfg, read.rows, out, official=official)
     if read.errors:
         manifests["errors"] = _add_input_errors(out / "errors", read.errors)
     _print_manifests(manifests)
@@ -198,6 +199,17 @@ def cmd_parse(args) -> int:
     errs = summarize({"errors": out / "errors"}).get("errors", [])
     print(f"errors: {sum(e[2] for e in errs)} " + ", ".join(f"{e[1]}={e[2]}" for e in errs))
     return 0
+
+
+def _official_rows(folder: Path) -> list[dict]:
+    """The ``official`` table beside the captions (``macco captions FILE.tsv --source macco-tsv --out FOLDER``)."""
+    from data_schemas import TABLES, read_table
+
+    if not (folder / "official").is_dir():
+        raise FileNotFoundError(f"{folder / 'official'}: no official table (the official parser and grounding "
+                                "read MACCO's file: macco captions FILE.tsv --source macco-tsv --out "
+                                f"{folder})")
+    return read_table(TABLES["official"], folder / "official").to_pylist()
 
 
 def _grounding_config(args):
@@ -235,7 +247,9 @@ def cmd_ground(args) -> int:
                   "groundingdino or hf", file=sys.stderr)
             return 2
     out = Path(args.out or tables)
-    m = ground_stage(_grounding_config(args), caps, sg, args.images, out / "ground", instances=instances)
+    official = _official_rows(tables) if args.backend == "official" else None
+    m = ground_stage(_grounding_config(args), caps, sg, args.images, out / "ground", instances=instances,
+                     official=official)
     _print_manifests(m)
     print(f"wrote {out / 'ground'}")
     return 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 # the EvalConfig fields that are ``macco eval`` flags (defaults, types and choices: the dataclass's)
-EVAL_FLAGS = ("device", "batch_size", "autocast", "strict", "activation", "protocol", "aro_exclusion",
+EVAL_FLAGS = ("device", "batch_size", "autocast", "allow_missing", "activation", "protocol", "aro_exclusion",
               "vga_min_count", "vlc_mode", "allow_partial", "seed")
 
 
@@ -35,11 +35,14 @@ def add_parsers(sub) -> None:
     ev.add_argument("--run", metavar="LABEL", help="the run label of the rows (default: the weights file's name, "
                     "else the model's)")
     add_flags(ev, EvalConfig, EVAL_FLAGS, help={
-        "autocast": "autocast (default fp32)", "strict": "missing images are fatal",
-        "activation": "MLP activation of the evaluated towers: auto = what resolve_arch decides, the training "
-                      "activation (QuickGELU for OpenAI ViT-B/L weights files); gelu = what every official MACCO "
-                      "evaluation script uses (reloads as ViT-B-32, nn.GELU), to match its published numbers; "
-                      "quickgelu forces QuickGELU. Recorded in results.json settings",
+        "autocast": "autocast (default fp32)",
+        "allow_missing": "score a benchmark whose images are partly missing (default: an error naming the count and "
+                         "examples, as the authors' harnesses crash); recorded in results.json, marked in the report",
+        "activation": "MLP activation of the evaluated towers (default: the protocol's: authors auto, macco gelu): "
+                      "auto = what resolve_arch decides, the training activation (QuickGELU for OpenAI ViT-B/L "
+                      "weights files); gelu = what every official MACCO evaluation script uses (reloads as ViT-B-32, "
+                      "nn.GELU), to match its published numbers; quickgelu forces QuickGELU. Recorded in results.json "
+                      "settings",
         "protocol": "authors: each benchmark's own harness; macco: MACCO's eval scripts. Sets the defaults of "
                     "--vlc-mode, --aro-exclusion and the Order image roots (explicit flags win)",
         "aro_exclusion": "VG-Relation exclusion list (None: aro_notebook; macco under --protocol macco)",

@@ -1,4 +1,4 @@
-"""``macco`` verbs that read the tables: validate, inspect, sql, report."""
+"""``macco`` verbs that read the tables: validate, inspect, sql, agreement, report."""
 from __future__ import annotations
 
 import json
@@ -30,6 +30,17 @@ def add_parsers(sub) -> None:
     fmt.add_argument("--json", action="store_true", help="every row as a JSON list of records on stdout")
     sq.add_argument("--limit", type=int, default=50, help="rows the table shows (default 50; 0: all)")
     sq.set_defaults(fn=cmd_sql)
+
+    ag = sub.add_parser("agreement", help="our masked words and boxes vs MACCO's released file, on its captions",
+                        description="compare our parse (scene_graphs) and grounding (regions) of MACCO's file's "
+                                    "captions with the file's own masked words and phrase boxes: word precision / "
+                                    "recall / F1, box IoU")
+    ag.add_argument("official", type=Path, help="folder with the official and captions tables (macco captions "
+                                                "FILE.tsv --source macco-tsv --out FOLDER)")
+    ag.add_argument("ours", type=Path, help="folder (or artifacts root) with our scene_graphs and, for the boxes, "
+                                            "regions of the same captions")
+    ag.add_argument("--out", type=Path, help="write the numbers as JSON")
+    ag.set_defaults(fn=cmd_agreement)
 
     rp = sub.add_parser("report", help="results.md + results.png from evaluation results (label=path, "
                                        "a label repeated per seed)",
@@ -113,6 +124,32 @@ def cmd_sql(args) -> int:
         write_json(cols, rows, sys.stdout)
     else:
         print(format_rows(cols, rows, total))
+    return 0
+
+
+def cmd_agreement(args) -> int:
+    from data_schemas import TABLES, InputFileError, read_table
+    from pipeline.agreement import agreement, format_agreement
+    from pipeline.validate import discover_tables
+
+    off = discover_tables(args.official)
+    ours = discover_tables(args.ours)
+    for what, found, need in (("official", off, ("official", "captions")), ("ours", ours, ("scene_graphs",))):
+        missing = [t for t in need if t not in found]
+        if missing:
+            raise InputFileError(f"{getattr(args, what)}: no {', '.join(missing)} table")
+    sg = read_table(TABLES["scene_graphs"], ours["scene_graphs"]).to_pylist()
+    if any(r["parser"] == "official" for r in sg):
+        raise InputFileError(f"{ours['scene_graphs']}: these scene graphs are the file's own (parser official): "
+                             "compare a parse of ours (parse.parser rules or sng)")
+    regions = read_table(TABLES["regions"], ours["regions"]).to_pylist() if "regions" in ours else None
+    res = agreement(read_table(TABLES["official"], off["official"]).to_pylist(),
+                    read_table(TABLES["captions"], off["captions"]).to_pylist(), sg, regions)
+    print(format_agreement(res))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(res, indent=2))
+        print(f"\nwrote {args.out}")
     return 0
 
 

@@ -3,7 +3,7 @@
 Both work in the joint embedding space (width E = the CLIP embed dim), apply the global-to-local injection
 (every token of a stream averaged with that stream's global feature) to query and key/value streams, then
 pre-norm cross-attention blocks with separate LayerNorms for query and key/value (no attention masks, as in
-the reference). Initialisation follows the reference (macco-reference.md §2.8).
+the reference). Initialisation follows the reference (its CLIP-style init of the attention blocks, Xavier heads).
 Each predictor has one entry point, ``predict``: the outputs at the masked positions only, in the order of
 ``x[positions]``. Without self-attention layers it computes only those queries (``slots``: the masked copy can
 then be encoded at them only); with them, every position. The plain all-position computation the tests compare

@@ -2,7 +2,7 @@
 
 One forward pass encodes full and masked copies together (2B texts, 2B images) through the towers' own layers
 and returns the named loss terms, their weighted ``total_loss`` and a few statistics. The stop-gradient map is
-the reference's (macco-reference.md §2.7): the text predictor attends to *detached* full-image features; the
+the reference's (docs/official-implementation.md §2): the text predictor attends to *detached* full-image features; the
 image predictor's own masked-image query is detached but its text condition is not.
 """
 from __future__ import annotations

@@ -46,6 +46,7 @@ def check_unique_id(seen: dict, value, path: Path, where: str, field: str = "id"
 class CaptionRead:
     rows: list[dict] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)
+    official: list[dict] = field(default_factory=list)  # a macco-tsv source's annotations (the official table)
 
     def summary(self) -> dict:
         reasons: dict[str, int] = {}

@@ -226,6 +226,18 @@ def check_results_shape(benches: dict, path: Path) -> None:
             raise ValueError(f"{where}.cases: a mapping of group -> a string of 1/0/x per case expected")
 
 
+def _missing_images(results: dict[str, list[dict]]) -> dict[str, dict[str, int]]:
+    """{benchmark: {model: cases without an image}} of the runs scored with ``allow_missing``."""
+    out: dict[str, dict[str, int]] = {}
+    for label, runs in results.items():
+        for r in runs:
+            for b, res in r["benchmarks"].items():
+                k = sum(v.get("missing_images", 0) for v in res.get("subsets", {}).values())
+                if k:
+                    out.setdefault(b, {})[label] = out.get(b, {}).get(label, 0) + k
+    return out
+
+
 def _dropped_groups(results: dict[str, list[dict]]) -> dict[str, list[str]]:
     """{report row: the models whose results hold its benchmark but no value for the group} — e.g. an ARO
     VG-Attribution macro with every group under ``vga_min_count`` cases, or a file with no scorable case: named
@@ -322,6 +334,10 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
         for name, r in rows.items():
             lines.append(f"| {name} | {r['cases']} | {r['n']} | {r['b']} | {r['c']} | {r['p']:.3g} | "
                          f"{r['b_case']} / {r['c_case']} | {r['p_case']:.3g}{' *' if r['p_case'] < alpha else ''} |")
+    partial = _missing_images(results)
+    if partial:
+        lines += ["", "Scored with images missing (`--allow-missing`; those cases are left out of n): " + "; ".join(
+            f"{b} ({', '.join(f'{m}: {k}' for m, k in ms.items())} cases)" for b, ms in partial.items())]
     dropped = _dropped_groups(results)
     if dropped:
         lines += ["", "Not reported (no cases scored): " + "; ".join(f"{g} ({', '.join(ms)})"

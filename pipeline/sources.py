@@ -27,7 +27,7 @@ from data_schemas.geometry import displayed_size
 from pipeline.captions import (STAGE, CaptionRead, InputFileError, NotUtf8, check_unique_id, jsonl_records,
                                not_utf8_error, text_lines)
 
-Source = Literal["coco", "csv", "folder", "webdataset"]
+Source = Literal["coco", "csv", "folder", "webdataset", "macco-tsv"]  # macco-tsv: pipeline.macco_tsv
 SOURCES = get_args(Source)
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 
@@ -87,16 +87,12 @@ def _relative(path_value: str, root: Path) -> str:
     return p.as_posix()
 
 
-def read_csv_source(path: str | Path, *, img_key: str = "filepath", caption_key: str = "title",
-                    separator: str = "\t", image_root: str | Path | None = None, split: str = "train",
-                    split_key: str | None = None) -> CaptionRead:
-    """open_clip's CSV/TSV: one caption per line; ``caption_id`` is the data row's index (0-based, blank lines
-    not counted). Each line is parsed on its own (CSV quoting within the line), so a line with an unclosed quote
-    is a ``csv_quoting`` error row naming file and line — it never swallows the lines after it — and a line that
-    is not UTF-8 a ``not_utf8`` row; a caption cannot span lines. A bad header is an ``InputFileError``."""
-    path = Path(path)
-    root = Path(image_root) if image_root else path.parent
-    images, out = _Images(root), CaptionRead()
+def csv_records(path: Path, separator: str, required: tuple[str, ...], errors: list[dict]):
+    """(data row index, where, record) for each record of a CSV/TSV read one line at a time (CSV quoting within
+    the line): a line with an unclosed or stray quote is a ``csv_quoting`` row in ``errors`` naming file and line
+    — it never swallows the lines after it — and a line that is not UTF-8 a ``not_utf8`` row; blank lines are not
+    rows. A bad header, a missing ``required`` column or a line with more fields than the header is an
+    ``InputFileError``. A record missing trailing fields has None for them."""
     lines = text_lines(path)
     first = next(lines, (1, ""))[1]
     if isinstance(first, NotUtf8):
@@ -105,33 +101,45 @@ def read_csv_source(path: str | Path, *, img_key: str = "filepath", caption_key:
         header = next(csv.reader([first], delimiter=separator, strict=True), [])
     except csv.Error as exc:
         raise InputFileError(f"{path}: line 1 (the header): {exc}") from exc
-    for key in (img_key, caption_key, *([split_key] if split_key else [])):
+    for key in required:
         if key not in header:
             raise InputFileError(f"{path}: line 1: no column {key!r} (columns: {header}; separator {separator!r})")
-    i = 0
+    i = -1
     for n, line in lines:
         if not isinstance(line, NotUtf8) and not line.strip():
             continue
         where = f"{path}: line {n}"
         i += 1
         if isinstance(line, NotUtf8):
-            out.errors.append(not_utf8_error(path, n, line, i - 1))
+            errors.append(not_utf8_error(path, n, line, i))
             continue
         try:
             fields = next(csv.reader([line], delimiter=separator, strict=True))
         except csv.Error as exc:
-            out.errors.append(error_row(STAGE, i - 1, "csv_quoting", f"{where}: {exc} (an unclosed or stray quote "
-                                                                      f"in {line[:60]!r})"))
+            errors.append(error_row(STAGE, i, "csv_quoting", f"{where}: {exc} (an unclosed or stray quote in "
+                                                            f"{line[:60]!r})"))
             continue
         if len(fields) > len(header):
             raise InputFileError(f"{where}: {len(fields)} fields, the header has {len(header)}: "
                                  f"{fields[len(header):]!r}")
-        rec = dict(zip(header, fields + [None] * (len(header) - len(fields))))
+        yield i, where, dict(zip(header, fields + [None] * (len(header) - len(fields))))
+
+
+def read_csv_source(path: str | Path, *, img_key: str = "filepath", caption_key: str = "title",
+                    separator: str = "\t", image_root: str | Path | None = None, split: str = "train",
+                    split_key: str | None = None) -> CaptionRead:
+    """open_clip's CSV/TSV: one caption per line; ``caption_id`` is the data row's index (0-based, blank lines
+    not counted); bad lines are error rows (``csv_records``)."""
+    path = Path(path)
+    root = Path(image_root) if image_root else path.parent
+    images, out = _Images(root), CaptionRead()
+    for i, where, rec in csv_records(path, separator, (img_key, caption_key, *([split_key] if split_key else [])),
+                                     out.errors):
         file_value = rec[img_key]
         if not file_value:
-            out.errors.append(error_row(STAGE, i - 1, "missing_image", f"{where}: empty {img_key!r}"))
+            out.errors.append(error_row(STAGE, i, "missing_image", f"{where}: empty {img_key!r}"))
             continue
-        _add(out, images, i - 1, _relative(file_value, root), rec[caption_key],
+        _add(out, images, i, _relative(file_value, root), rec[caption_key],
              rec[split_key] if split_key else split, where)
     return out
 

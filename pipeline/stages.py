@@ -22,8 +22,9 @@ from pipeline.sources import Source
 
 
 # the modules whose code each stage's output depends on: its manifest's code version and the flow's key
-CAPTIONS_CODE = ("pipeline.captions", "pipeline.sources", "pipeline.stages")
-PARSE_CODE = ("pipeline.scene_graph", "pipeline.concepts", "pipeline.sng", "pipeline.tokens", "pipeline.stages")
+CAPTIONS_CODE = ("pipeline.captions", "pipeline.sources", "pipeline.macco_tsv", "pipeline.stages")
+PARSE_CODE = ("pipeline.scene_graph", "pipeline.concepts", "pipeline.sng", "pipeline.tokens", "pipeline.macco_tsv",
+              "pipeline.stages")
 MASKS_CODE = ("pipeline.patches", "data_schemas.geometry", "pipeline.stages")
 
 
@@ -138,10 +139,17 @@ def captions_image_root(cfg: CaptionsConfig, out: Path) -> str:
 
 
 def read_source(cfg: CaptionsConfig, out: Path):
-    """The configured source as a ``CaptionRead`` (webdataset images extracted under ``out/images``)."""
+    """The configured source as a ``CaptionRead`` (webdataset images extracted under ``out/images``; MACCO's
+    file: with its ``official`` rows as ``.official``)."""
     from pipeline import sources
     from pipeline.captions import read_coco_root, read_karpathy
 
+    if cfg.source == "macco-tsv":
+        from pipeline.macco_tsv import read_macco_tsv
+
+        read, official = read_macco_tsv(cfg.path, cfg.image_root, cfg.split)
+        read.official = official
+        return read
     if cfg.source == "csv":
         return sources.read_csv_source(cfg.path, img_key=cfg.csv_img_key, caption_key=cfg.csv_caption_key,
                                        separator=cfg.csv_separator, image_root=cfg.image_root, split=cfg.split,
@@ -162,18 +170,23 @@ def captions_stage(cfg: CaptionsConfig, out: Path) -> dict[str, dict]:
     ``out/errors``."""
     read = read_source(cfg, out)
     conf, ver = asdict(cfg), code_version(*CAPTIONS_CODE)
-    return {
+    written = {
         "captions": write_table(TABLES["captions"], out / "captions", TABLES["captions"].from_rows(read.rows),
                                 config=conf, code_version=ver, extra={"summary": read.summary()}),
         "errors": write_table(TABLES["errors"], out / "errors", TABLES["errors"].from_rows(read.errors),
                               config=conf, code_version=ver, replaces=only_stage("captions")),
     }
+    if cfg.source == "macco-tsv":
+        written["official"] = write_table(TABLES["official"], out / "official",
+                                          TABLES["official"].from_rows(read.official), config=conf, code_version=ver)
+    return written
 
 
 # ---- parse -----------------------------------------------------------------------------------------------
 @dataclass
 class ParseConfig:
-    parser: Literal["rules", "sng"] = "rules"  # sng: SceneGraphParser (the sng extra)
+    # sng: SceneGraphParser (the sng extra); official: the word lists of MACCO's file (data.source macco-tsv)
+    parser: Literal["rules", "sng", "official"] = "rules"
     spacy_model: str = SPACY_MODEL
     clip_model: str = DEFAULT_ARCH  # whose tokenizer the token masks use
     context_length: int | None = None  # None: the tokenizer's own (CLIP BPE: 77; SigLIP B/16: 64)
@@ -203,11 +216,18 @@ def read_caption_input(path: str | Path, *, split: str | None = None,
 
 
 def _parse_rows(cfg: ParseConfig, rows: list[dict], loaded: dict) -> dict[str, list[dict]]:
-    """Scene graphs, token masks and errors of ``rows`` in this process; models load into ``loaded`` once."""
+    """Scene graphs, token masks and errors of ``rows`` in this process; models load into ``loaded`` once (the
+    official parser reads ``loaded["official"]``: {caption_id: official row})."""
     from pipeline.scene_graph import load_nlp, parse_captions
     from pipeline.sng import make_sng
     from pipeline.tokens import token_mask_rows
 
+    if cfg.parser == "official":
+        from pipeline.macco_tsv import official_graphs
+
+        sg, errors, graphs = official_graphs(rows, loaded["official"])
+        tm, tm_err = token_mask_rows(rows, graphs, cfg.clip_model, cfg.context_length)
+        return {"scene_graphs": sg, "token_masks": tm, "errors": errors + tm_err}
     if not loaded:
         loaded["nlp"] = load_nlp(cfg.spacy_model)
         loaded["sng"] = make_sng(cfg.spacy_model) if cfg.parser == "sng" else None
@@ -225,7 +245,8 @@ def _parse_chunk(job: tuple[ParseConfig, list[dict]]) -> dict[str, list[dict]]:
 
 
 def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None, only=None,
-                finalize: bool = True, reuse: bool = False, inputs: str | None = None) -> dict[str, dict]:
+                finalize: bool = True, reuse: bool = False, inputs: str | None = None,
+                official: list[dict] | None = None) -> dict[str, dict]:
     """Scene graphs + CLIP token masks for ``captions``: ``out/{scene_graphs,token_masks,errors}``.
 
     ``inputs``: a content hash of ``captions`` when the caller has one (the flow: the captions table's), else
@@ -234,14 +255,20 @@ def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None
     With ``n_process > 1`` each shard is split into chunks that worker processes parse end to end (spaCy,
     rules, token alignment) and return as rows, in order: only plain rows cross processes, never spaCy Docs
     (whose serialisation is what ``nlp.pipe(n_process=...)`` pays for). Workers start like spaCy's own, with
-    multiprocessing's default start method, once per call and only if a shard needs work.
+    multiprocessing's default start method, once per call and only if a shard needs work. ``parser: official``
+    takes the concepts from ``official`` (the ``official`` table's rows: MACCO's file), in this process.
     """
     import multiprocessing
 
     loaded: dict = {}
+    if cfg.parser == "official":
+        if official is None:
+            raise ConfigError("parse.parser 'official' reads the official table of a macco-tsv source "
+                              "(data.source: macco-tsv / macco captions --source macco-tsv)")
+        loaded["official"] = {r["caption_id"]: r for r in official}
 
     def shard(rows: list[dict]) -> dict[str, list[dict]]:
-        if cfg.n_process <= 1:
+        if cfg.n_process <= 1 or cfg.parser == "official":
             return _parse_rows(cfg, rows, loaded)
         if "pool" not in loaded:
             loaded["pool"] = multiprocessing.Pool(cfg.n_process)
@@ -275,7 +302,7 @@ def ground_code_modules(backend: str) -> tuple[str, ...]:
 
 
 def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root: str | Path | None,
-                 out: Path, *, grounder=None, instances: dict | None = None,
+                 out: Path, *, grounder=None, instances: dict | None = None, official: list[dict] | None = None,
                  progress=None, only=None, finalize: bool = True, reuse: bool = False,
                  inputs: str | None = None) -> dict[str, dict]:
     """Ground every attribute/relation phrase: ``out/regions`` + ``out/errors`` (sharded by image).
@@ -296,7 +323,20 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
             images.setdefault(c["image_id"], {"row": c, "captions": []})["captions"].append(c)
     image_ids = sorted(images)
 
+    if cfg.backend == "official" and official is None:
+        raise ConfigError("ground.backend 'official' reads the official table of a macco-tsv source "
+                          "(data.source: macco-tsv / macco captions --source macco-tsv)")
+    by_official = {r["caption_id"]: r for r in official or []}
+
     def shard(ids: list[int]) -> dict[str, list[dict]]:
+        if cfg.backend == "official":  # the file's phrase boxes: no model, no image read
+            from pipeline.grounding.official import official_regions
+
+            regions, errors = [], []
+            for iid in ids:
+                r, e = official_regions(images[iid]["row"], images[iid]["captions"], by_caption, by_official)
+                regions, errors = regions + r, errors + e
+            return {"regions": regions, "errors": errors}
         if loaded["g"] is None:  # the model loads once per call, and only if a shard needs work
             loaded["g"] = make_grounder(cfg, instances)
         grounder = loaded["g"]
@@ -327,7 +367,7 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
     ver = code_version(*ground_code_modules(cfg.backend))
     if inputs is None:
         inputs = content_hash([[images[i]["captions"] for i in image_ids], scene_graphs,
-                               sorted((instances or {}).items())])
+                               sorted((instances or {}).items()), sorted(by_official.items())])
     return run_sharded(image_ids, cfg.shard_size, {"regions": out / "regions", "errors": out / "errors"}, shard,
                        config=conf, version=ver, progress=progress, only=only, finalize=finalize, reuse=reuse,
                        inputs=inputs, replaces={"errors": only_stage("ground")})

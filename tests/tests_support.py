@@ -42,7 +42,7 @@ def write_tiny_bert(path: Path, with_model: bool = True, hidden: int = 32) -> Pa
 
 
 def build_tiny_hf_groundingdino(path: Path) -> Path:
-    """A tiny random transformers GroundingDINO saved with its processor (environment.md recipe)."""
+    """A tiny random transformers GroundingDINO saved with its processor (a Swin-tiny backbone and a 1-layer BERT)."""
     import torch
     from transformers import (BertConfig, BertTokenizer, GroundingDinoConfig, GroundingDinoForObjectDetection,
                               GroundingDinoImageProcessor, GroundingDinoProcessor, SwinConfig)

@@ -52,7 +52,10 @@ class EvalConfig:
     ``ViT-B-32`` with nn.GELU (its ``eval/evaluate_comp_benchmark.py``, ``evaluate_aro_order.py:21``,
     ``evaluate_vl_checklist.py:19``): pass ``gelu`` to reproduce its numbers (ARO issue #32: ~6 points on VG-R).
     ``protocol``: ``authors`` (each benchmark's own harness) or ``macco`` (MACCO's scripts); it sets the defaults
-    of ``aro_exclusion``, ``vlc_mode`` and the Order image roots (``protocols.DEFAULTS``); explicit values win.
+    of ``activation``, ``aro_exclusion``, ``vlc_mode`` and the Order image roots (``protocols.DEFAULTS``); explicit
+    values win. ``allow_missing``: a benchmark whose images are partly missing is an error naming the count and
+    examples (the authors' harnesses crash on a missing file) unless allowed; allowed, the missing cases are left
+    out of ``n``, counted per subset, and the run is marked (``settings.allow_missing``, the report).
     """
     model: str = DEFAULT_ARCH  # open_clip architecture or local-dir:PATH
     checkpoint: str | None = None  # weights file (or an open_clip pretrained tag)
@@ -60,10 +63,10 @@ class EvalConfig:
     device: str = "cpu"
     batch_size: int = 64
     autocast: bool = False  # fp32 by default, as SugarCrepe and MACCO
-    strict: bool = False  # missing images are fatal
+    allow_missing: bool = False  # score a benchmark whose images are partly missing (else an error), recorded
     seed: int = 1  # Order perturbations (the ARO authors' seed; MACCO's script is unseeded)
     spacy_model: str = SPACY_MODEL
-    activation: Activation = "auto"  # MACCO's evaluation: gelu
+    activation: Activation | None = None  # None: the protocol's (authors: auto; macco: gelu, MACCO's scripts)
     protocol: Protocol = "authors"
     aro_exclusion: AroExclusion | None = None  # macco: 3 more relations; None: the protocol's
     vga_min_count: int = 25
@@ -79,6 +82,8 @@ class EvalConfig:
 
     def __post_init__(self):
         check_choice("protocol", self.protocol, PROTOCOLS)
+        if self.activation is None:
+            self.activation = protocol_default(self.protocol, "activation")
         check_choice("activation", self.activation, ACTIVATIONS)
         if self.aro_exclusion is None:
             self.aro_exclusion = protocol_default(self.protocol, "aro_exclusion")
@@ -134,7 +139,7 @@ def load_encoder(cfg: EvalConfig) -> tuple[Encoder, str, str]:
 def common_settings(root: Path, cfg: EvalConfig, enc) -> dict:
     return {"root": str(root), "precision": "autocast" if cfg.autocast else "fp32", "protocol": cfg.protocol,
             "activation": getattr(enc, "activation", "unknown"), "activation_setting": cfg.activation,
-            "allow_partial": cfg.allow_partial}
+            "allow_partial": cfg.allow_partial, "allow_missing": cfg.allow_missing}
 
 
 def _subsets(res: dict) -> dict:
@@ -156,7 +161,7 @@ def run_benchmark(enc: Encoder, name: str, root: str | Path, cfg: EvalConfig) ->
     settings.update(b.settings(mod, root, cfg) if b.settings else {})
     check_complete(name, expected, {c.subset for c in cases}, cfg.allow_partial)  # before the encoding
     scores = score_cases(enc, cases)
-    res = tally(cases, scores, cfg.strict)
+    res = tally(cases, scores, cfg.allow_missing, name)
     # a file none of whose cases could be scored (every image missing) counts as missing from its groups
     missing = check_complete(name, expected, {s for s, r in res.items() if r.n}, cfg.allow_partial)
     g, extra = b.groups(mod, cases, scores, res, cfg)

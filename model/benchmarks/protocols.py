@@ -22,9 +22,10 @@ AroExclusion = Literal["aro_notebook", "macco"]
 PROTOCOLS, ACTIVATIONS, VLC_MODES, ARO_EXCLUSIONS = (get_args(t) for t in (Protocol, Activation, VlcMode, AroExclusion))
 ORDER_BENCHMARKS = ("coco-order", "flickr-order")
 
-# what each protocol sets when the user leaves the setting unset (None)
-DEFAULTS = {"authors": {"aro_exclusion": "aro_notebook", "vlc_mode": "authors"},
-            "macco": {"aro_exclusion": "macco", "vlc_mode": "macco"}}
+# what each protocol sets when the user leaves the setting unset (None); MACCO's scripts reload every checkpoint
+# as ViT-B-32 with nn.GELU, so its protocol evaluates with GELU
+DEFAULTS = {"authors": {"aro_exclusion": "aro_notebook", "vlc_mode": "authors", "activation": "auto"},
+            "macco": {"aro_exclusion": "macco", "vlc_mode": "macco", "activation": "gelu"}}
 
 
 class IncompleteGroup(InputFileError):

@@ -116,12 +116,16 @@ def _winoground(mod, enc, root: Path, cfg, settings: dict) -> dict:
     """Full set, and with ``winoground_clean_ids`` the clean subset (``clean_text`` / ``clean_image`` / ...)."""
     from ..export import file_sha256
 
+    from .scoring import check_missing
+
     examples = mod.load(root)
     r = mod.evaluate(enc, root, examples)
+    check_missing("winoground", [f"example {i}" for i in r.pop("missing_ids")], len(examples), cfg.allow_missing)
     subsets, g = {"winoground": r}, {k: r[k] for k in ("text", "image", "group")}
     if cfg.winoground_clean_ids:
         ids = mod.load_clean_ids(cfg.winoground_clean_ids)
         rc = mod.evaluate(enc, root, mod.clean_subset(examples, ids, cfg.winoground_clean_ids))
+        rc.pop("missing_ids")
         subsets["winoground_clean"] = rc
         g.update({f"clean_{k}": rc[k] for k in ("text", "image", "group")})
         settings.update(clean_ids_file=str(cfg.winoground_clean_ids), clean_ids_n=len(ids),
@@ -158,10 +162,10 @@ _RECORDS = (
                                                "layout": mod.layout_of(root)},
               groups=lambda mod, cases, scores, res, cfg: (mod.groups(cases, res, cfg.vlc_mode), {}),
               report_groups=_vlc_report_groups),
-    Benchmark("valse", "valse", "data/<piece>.json + images/<dataset>/",
+    Benchmark("valse", "valse", "data/<piece>.json + images/<dataset>/, or MACCO's probing_data/<piece>.json",
               load=lambda mod, root, cfg: mod.load(root, cfg.valse_image_roots, cfg.valse_valid_only),
               expected=_group_files,
-              settings=lambda mod, root, cfg: {"valid_only": cfg.valse_valid_only,
+              settings=lambda mod, root, cfg: {"valid_only": cfg.valse_valid_only, "layout": mod.layout_of(root),
                                                "image_roots": dict(cfg.valse_image_roots)},
               groups=lambda mod, cases, scores, res, cfg: (mod.groups(res), {}),
               report_groups=lambda mod, case, cfg, excluded, counts: ["avg"]),

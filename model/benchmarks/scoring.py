@@ -3,7 +3,8 @@
 A ``Case`` has one image (optionally cropped to a bbox), K caption options and the index of the true one, in
 the order the benchmark's own scripts use, so ``np.argmax``'s first-index rule gives each benchmark its
 authors' tie behaviour (truth at 0: a tie counts as correct; truth at 1: as wrong). Exact ties are counted.
-Missing image files are counted per subset and left out of ``n`` (``strict`` makes them fatal).
+Missing image files are an error (``MissingImages``) unless allowed; allowed, they are counted per subset and left
+out of ``n``.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from typing import Sequence
 
 import numpy as np
 import torch
+
+from data_schemas import InputFileError
 
 
 @dataclass
@@ -43,8 +46,17 @@ class SubsetResult:
                 "missing_images": self.missing_images}
 
 
-class MissingImages(FileNotFoundError):
-    pass
+class MissingImages(InputFileError):
+    """A benchmark whose image files are partly missing (without ``allow_missing``)."""
+
+
+def check_missing(name: str, missing: list[str], total: int, allow: bool) -> None:
+    """Raise ``MissingImages`` naming the count and examples unless ``allow`` (``--allow-missing``)."""
+    if missing and not allow:
+        uniq = list(dict.fromkeys(missing))
+        raise MissingImages(f"{name}: {len(missing)} of {total} case(s) have no image file ({len(uniq)} distinct, "
+                            f"e.g. {uniq[:3]}): fix the image root, or pass --allow-missing to score the rest "
+                            "(recorded in results.json and marked in the report)")
 
 
 def activation_of(model) -> str:
@@ -130,7 +142,9 @@ def score_cases(enc: Encoder, cases: Sequence[Case]) -> list[np.ndarray]:
     return out
 
 
-def tally(cases: Sequence[Case], scores: Sequence[np.ndarray | None], strict: bool = False) -> dict[str, SubsetResult]:
+def tally(cases: Sequence[Case], scores: Sequence[np.ndarray | None], allow_missing: bool = False,
+          name: str = "benchmark") -> dict[str, SubsetResult]:
+    """Per subset: cases scored, right, ties, and images missing (an error unless ``allow_missing``)."""
     res: dict[str, SubsetResult] = {}
     missing = []
     for c, s in zip(cases, scores):
@@ -142,8 +156,7 @@ def tally(cases: Sequence[Case], scores: Sequence[np.ndarray | None], strict: bo
         r.n += 1
         r.correct += int(np.argmax(s) == c.true_index)
         r.ties += int(np.sum(s == s[c.true_index]) > 1)
-    if strict and missing:
-        raise MissingImages(f"{len(missing)} image(s) missing, e.g. {missing[:3]}")
+    check_missing(name, missing, len(cases), allow_missing)
     return res
 
 

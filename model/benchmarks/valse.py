@@ -2,7 +2,13 @@
 ``image_file``, ``dataset`` and ``mturk``. Valid samples: ``mturk.caption >= 2`` (the README's filter, on by
 default). Images through an image-root map per ``dataset``, names compared normalised (``coco2017`` =
 ``coco_2017``: ``protocols.normalise_dataset``); default ``<root>/images/<dataset>/<image_file>``.
-acc_r: sim(caption) > sim(foil) strictly. Avg = mean over the 11 pieces."""
+acc_r: sim(caption) > sim(foil) strictly. Avg = mean over the 11 pieces.
+
+MACCO's re-packed layout (its ``datasets/VALSE/probing_data/<piece>.json``: lists of ``{image_path, pos_caption,
+neg_caption}``, already filtered, no ``dataset`` field) is read too: each piece's images under the folder MACCO's
+scripts join them to (``MACCO_PIECE_SOURCES``: SWiG in VL-CheckList's image folder, the VALSE folder itself, COCO,
+SugarCrepe's COCO val2017), by default beside the VALSE root as in MACCO's ``datasets/`` (``macco_image_root``), or
+given per source name through the same image-root map (``swig``, ``valse``, ``coco``, ``coco2017``)."""
 from __future__ import annotations
 
 import json
@@ -17,13 +23,55 @@ PIECES = ("existence", "plurals", "counting-hard", "counting-small-quant", "coun
           "action-replacement", "actant-swap", "coreference-standard", "coreference-hard", "foil-it")
 
 
+# MACCO's probing_data: the image folder of each piece (its scripts' joins), by source name
+MACCO_PIECE_SOURCES = {"actant-swap": "swig", "action-replacement": "swig", "coreference-hard": "valse",
+                       "counting-adversarial": "valse", "counting-hard": "valse", "counting-small-quant": "valse",
+                       "existence": "valse", "coreference-standard": "coco", "foil-it": "coco",
+                       "plurals": "coco2017", "relations": "coco2017"}
+
+
+def layout_of(root: Path) -> str:
+    return "macco" if (Path(root) / "probing_data").is_dir() and not (Path(root) / "data").is_dir() else "original"
+
+
+def macco_image_root(root: Path, source: str) -> Path:
+    """Where MACCO's datasets/ layout keeps a source's images, relative to ``datasets/VALSE``."""
+    return {"swig": root.parent / "VL_checklist" / "VL_checklist_datasets", "valse": root,
+            "coco": root.parent / "coco", "coco2017": root.parent / "sugar-crepe"}[source]
+
+
+def _load_macco(root: Path, roots: dict[str, str]) -> list[Case]:
+    cases = []
+    for piece in PIECES:
+        path = root / "probing_data" / f"{piece}.json"
+        if not path.exists():
+            continue
+        records = json.loads(path.read_text())
+        if not isinstance(records, list):
+            raise InputFileError(f"{path}: a list of {{image_path, pos_caption, neg_caption}} expected (MACCO's "
+                                 "probing_data layout)")
+        source = MACCO_PIECE_SOURCES[piece]
+        base = Path(roots[source]) if source in roots else macco_image_root(root, source)
+        for i, r in enumerate(records):
+            for f in ("image_path", "pos_caption", "neg_caption"):
+                if not isinstance(r, dict) or f not in r:
+                    raise InputFileError(f"{path}: record {i}: missing field {f!r}")
+            cases.append(Case(str(base / r["image_path"]), [r["neg_caption"], r["pos_caption"]], 1, piece,
+                              meta={"id": i}))
+    if not cases:
+        raise FileNotFoundError(f"{root / 'probing_data'}: no VALSE piece found")
+    return cases
+
+
 def load(root: str | Path, image_roots: dict | None = None, valid_only: bool = True) -> list[Case]:
     root = Path(root)
     roots: dict[str, str] = {}
     for k, v in (image_roots or {}).items():
         if roots.setdefault(normalise_dataset(k), v) != v:
             raise InputFileError(f"valse image roots: {k!r} names the same dataset as another key with another "
-                             f"directory ({roots[normalise_dataset(k)]} vs {v})")
+                                 f"directory ({roots[normalise_dataset(k)]} vs {v})")
+    if layout_of(root) == "macco":
+        return _load_macco(root, roots)
     cases = []
     found = False
     for piece in PIECES:

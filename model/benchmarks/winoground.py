@@ -95,5 +95,7 @@ def evaluate(enc, root: str | Path, examples: list[dict]) -> dict:
         i_ok = s[0, 0] > s[1, 0] and s[1, 1] > s[0, 1]
         text, image, group = text + t_ok, image + i_ok, group + (t_ok and i_ok)
     n = len(present)
-    return {"n": n, "missing_images": len(examples) - n, "text": text / n if n else None,
-            "image": image / n if n else None, "group": group / n if n else None}
+    kept = {id(e) for e in present}
+    missing = [e["id"] for e in examples if id(e) not in kept]
+    return {"n": n, "missing_images": len(missing), "text": text / n if n else None,
+            "image": image / n if n else None, "group": group / n if n else None, "missing_ids": missing}

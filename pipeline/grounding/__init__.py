@@ -10,7 +10,8 @@ from .base import Grounder, GroundingConfig
 # backend name -> (module in this package, class)
 BACKENDS = {"annotations": ("annotations", "AnnotationsGrounder"),
             "groundingdino": ("groundingdino", "GroundingDinoGrounder"),
-            "hf": ("hf", "HFGroundingDinoGrounder")}
+            "hf": ("hf", "HFGroundingDinoGrounder"),
+            "official": ("official", None)}  # MACCO's file's phrase boxes (pipeline.stages.ground_stage), not a model
 _LOAD_LOCK = threading.Lock()
 
 
@@ -25,6 +26,8 @@ def make_grounder(cfg: GroundingConfig, instances: dict | None = None) -> Ground
     """The configured backend. Model loading is serialised: the flow maps shards over threads, and
     transformers' loader builds the model on the meta device through process-wide state (two threads loading
     at once leave meta tensors behind)."""
+    if BACKENDS[cfg.backend][1] is None:
+        raise ValueError(f"the {cfg.backend!r} backend reads boxes from a file, it has no model")
     cls = getattr(importlib.import_module(backend_module(cfg.backend)), BACKENDS[cfg.backend][1])
     if cfg.backend == "annotations":
         if instances is None:

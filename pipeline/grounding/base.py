@@ -31,7 +31,7 @@ class Box:
     label: str
 
 
-Backend = Literal["annotations", "groundingdino", "hf"]
+Backend = Literal["annotations", "groundingdino", "hf", "official"]  # official: MACCO's file (no model)
 
 
 @dataclass

@@ -80,7 +80,7 @@ def test_literal_options_match_what_the_stages_accept():
     assert choices(GroundingConfig, "backend") == tuple(BACKENDS)
     assert choices(MaccoConfig, "mode") == MODES and choices(TrainConfig, "mode") == (*MODES, "scene")
     assert choices(EvalConfig, "protocol") == tuple(PROTOCOL_DEFAULTS)
-    assert choices(ParseConfig, "parser") == ("rules", "sng") and choices(ParseConfig, "spacy_model") is None
+    assert choices(ParseConfig, "parser") == ("rules", "sng", "official") and choices(ParseConfig, "spacy_model") is None
     for cls, key, bad in [(CaptionsConfig, "source", "tsv"), (GroundingConfig, "backend", "gdino"),
                           (ParseConfig, "parser", "spacy"), (TrainConfig, "precision", "bf-16")]:
         kw = {"root": "."} if cls is CaptionsConfig else {}

@@ -9,7 +9,7 @@ from PIL import Image
 
 from model.benchmarks import EvalConfig, IncompleteGroup, evaluate, whatsup
 from model.benchmarks.protocols import order_image_root, parse_image_roots
-from model.benchmarks.scoring import Case
+from model.benchmarks.scoring import Case, MissingImages
 
 GOOD, BAD = [1.0, 0, 0, 0], [-1.0, 0, 0, 0]  # against FakeEncoder's default image (all ones): right / wrong
 
@@ -80,10 +80,10 @@ def test_activation_is_chosen_built_and_recorded(tmp_path, world):
 # ---- 2. protocols ----------------------------------------------------------------------------------------
 def test_protocol_sets_defaults_and_explicit_settings_win():
     a, m = EvalConfig(), EvalConfig(protocol="macco")
-    assert (a.aro_exclusion, a.vlc_mode) == ("aro_notebook", "authors")
-    assert (m.aro_exclusion, m.vlc_mode) == ("macco", "macco")
-    both = EvalConfig(protocol="macco", aro_exclusion="aro_notebook", vlc_mode="all")
-    assert (both.aro_exclusion, both.vlc_mode) == ("aro_notebook", "all")
+    assert (a.aro_exclusion, a.vlc_mode, a.activation) == ("aro_notebook", "authors", "auto")
+    assert (m.aro_exclusion, m.vlc_mode, m.activation) == ("macco", "macco", "gelu")  # MACCO's scripts load GELU
+    both = EvalConfig(protocol="macco", aro_exclusion="aro_notebook", vlc_mode="all", activation="quickgelu")
+    assert (both.aro_exclusion, both.vlc_mode, both.activation) == ("aro_notebook", "all", "quickgelu")
     with pytest.raises(ValueError, match="protocol='paper'"):
         EvalConfig(protocol="paper")
 
@@ -118,7 +118,7 @@ def _vlc_original(root, files, n=6, missing=()):
 def test_vlchecklist_authors_drops_missing_images_before_the_cap(tmp_path):
     _vlc_original(tmp_path, ["Attribute/vg/color"], n=6, missing={0, 1})
     enc = FakeEncoder({**{f"pos {i}": GOOD for i in range(6)}, **{f"neg {i}": BAD for i in range(6)}})
-    cfg = EvalConfig(roots={"vl-checklist": str(tmp_path)}, vlc_max_num=4, allow_partial=True)
+    cfg = EvalConfig(roots={"vl-checklist": str(tmp_path)}, vlc_max_num=4, allow_partial=True, allow_missing=True)
     b = evaluate(cfg, ["vl-checklist"], enc=enc)["benchmarks"]["vl-checklist"]
     sub = b["subsets"]["Attribute/vg/color"]
     # the toolkit drops records 0 and 1 (no image) and then scores the first 2 left: records 2 and 3
@@ -178,7 +178,9 @@ def test_order_image_root_follows_protocol_and_the_cli_map(tmp_path):
     _img(tmp_path / "coco" / "val2014" / "COCO_val2014_1.jpg")
     enc = FakeEncoder()
     roots = {"coco-order": str(tmp_path / "ARO")}
-    a = evaluate(EvalConfig(roots=roots), ["coco-order"], enc=enc)["benchmarks"]["coco-order"]
+    with pytest.raises(MissingImages, match="coco-order: 1 of 1 case"):  # the authors' join: no image there
+        evaluate(EvalConfig(roots=roots), ["coco-order"], enc=enc)
+    a = evaluate(EvalConfig(roots=roots, allow_missing=True), ["coco-order"], enc=enc)["benchmarks"]["coco-order"]
     m = evaluate(EvalConfig(roots=roots, protocol="macco"), ["coco-order"], enc=enc)["benchmarks"]["coco-order"]
     assert a["settings"]["image_root"] == str(tmp_path / "ARO") and a["subsets"]["coco-order"]["missing_images"] == 1
     assert m["settings"]["image_root"] == str(tmp_path / "coco") and m["subsets"]["coco-order"]["n"] == 1
@@ -229,7 +231,8 @@ def test_incomplete_groups_are_refused_or_reported_partial(tmp_path, capsys):
     gone = {"dataset": "visual7w", "image_file": "gone.jpg", "caption": "pos 0", "foil": "neg 0",
             "mturk": {"caption": 3}}
     _dump(va / "data" / "action-replacement.json", {"k": gone})
-    r = evaluate(EvalConfig(roots={"valse": str(va)}, allow_partial=True), ["valse"], enc=enc)["benchmarks"]["valse"]
+    r = evaluate(EvalConfig(roots={"valse": str(va)}, allow_partial=True, allow_missing=True), ["valse"],
+                 enc=enc)["benchmarks"]["valse"]
     assert r["subsets"]["action-replacement"]["missing_images"] == 1
     assert r["partial"] is True and r["missing_files"]["action_relation"] == ["action-replacement"]
     assert r["groups"]["action_relation"] == 1.0  # reported, marked partial
@@ -257,7 +260,8 @@ def test_valse_image_roots_normalised_from_the_cli(tmp_path, capsys):
     r = json.loads(out.read_text())
     b = r["benchmarks"]["valse"]
     assert r["protocol"] == "macco" and b["settings"]["protocol"] == "macco"
-    assert b["settings"]["activation"] == "gelu" and b["settings"]["activation_setting"] == "auto"
+    # --protocol macco alone implies MACCO's GELU load (explicit --activation wins: test_protocol_sets_defaults...)
+    assert b["settings"]["activation"] == "gelu" and b["settings"]["activation_setting"] == "gelu"
     assert {k: v["n"] for k, v in b["subsets"].items()} == {"plurals": 1, "relations": 1}
     assert b["settings"]["image_roots"] == {"coco2017": str(coco)} and b["partial"] is True
     assert "PARTIAL" in capsys.readouterr().out
@@ -296,7 +300,7 @@ def test_whatsup_pair_set_and_per_preposition(tmp_path):
     assert b["groups"]["controlled_a_pair"] == 0.75 and b["groups"]["controlled_a_set"] == 0.5
     # a missing image leaves its pair and set out (counted), never scored as wrong
     (tmp_path / "controlled_images" / "book_on_chair.jpeg").unlink()
-    d = evaluate(EvalConfig(roots={"whatsup": str(tmp_path)}, allow_partial=True), ["whatsup"],
+    d = evaluate(EvalConfig(roots={"whatsup": str(tmp_path)}, allow_partial=True, allow_missing=True), ["whatsup"],
                  enc=FakeEncoder(txt))["benchmarks"]["whatsup"]["details"]["controlled_a"]
     assert (d["pairs"], d["pairs_incomplete"], d["sets"], d["sets_incomplete"]) == (3, 1, 1, 1)
     assert d["set_accuracy"] == 0.0
@@ -346,3 +350,53 @@ def test_winoground_clean_subset_from_an_ids_file(tmp_path):
     with pytest.raises(ValueError, match=r"id\(s\) \[7\] not in examples.jsonl"):
         evaluate(EvalConfig(roots={"winoground": str(tmp_path)}, winoground_clean_ids=str(tmp_path / "ids.json")),
                  ["winoground"], enc=FakeEncoder(txt, img))
+
+
+def test_missing_images_refused_by_default_and_marked_when_allowed(tmp_path, capsys):
+    """#30 item 2: Winoground ignored --strict; every benchmark now refuses partly missing images unless
+    --allow-missing, which is recorded in results.json and marked in the report."""
+    from macco.cli import main
+
+    ckpt = _micro_checkpoint(tmp_path)
+    wg = tmp_path / "wg"
+    _dump_lines = [json.dumps({"id": i, "image_0": f"ex_{i}_img_0", "image_1": f"ex_{i}_img_1",
+                               "caption_0": "a cup on a book", "caption_1": "a book on a cup"}) for i in range(3)]
+    (wg / "images").mkdir(parents=True)
+    (wg / "examples.jsonl").write_text("\n".join(_dump_lines) + "\n")
+    for i in range(3):
+        for k in (0, 1):
+            if (i, k) != (2, 1):  # example 2 lacks one image
+                _img(wg / "images" / f"ex_{i}_img_{k}.png")
+    args = ["eval", "--model", "macco-micro", "--checkpoint", str(ckpt), "--benchmark", "winoground", "--root",
+            str(wg), "--out", str(tmp_path / "r.json")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "winoground: 1 of 3 case(s) have no image file" in err and "example 2" in err
+    assert main(args + ["--allow-missing"]) == 0
+    r = json.loads((tmp_path / "r.json").read_text())["benchmarks"]["winoground"]
+    assert r["settings"]["allow_missing"] is True and r["subsets"]["winoground"]["missing_images"] == 1
+    assert main(["report", f"macco={tmp_path / 'r.json'}", "--out", str(tmp_path / "rep")]) == 0
+    assert "Scored with images missing (`--allow-missing`" in (tmp_path / "rep" / "results.md").read_text()
+
+
+def test_valse_reads_maccos_probing_data_layout(tmp_path):
+    """#30 item 3: MACCO's re-packed VALSE (`datasets/VALSE/probing_data/<piece>.json`, lists of {image_path,
+    pos_caption, neg_caption}); each piece's images where MACCO's scripts join them, beside the VALSE root."""
+    datasets = tmp_path / "datasets"
+    va = datasets / "VALSE"
+    recs = {"actant-swap": ("swig_1.jpg", datasets / "VL_checklist" / "VL_checklist_datasets"),
+            "existence": ("v7w_1.jpg", va), "foil-it": ("COCO_val2014_1.jpg", datasets / "coco"),
+            "relations": ("val2017/000000000001.jpg", datasets / "sugar-crepe")}
+    for piece, (img, root) in recs.items():
+        _dump(va / "probing_data" / f"{piece}.json", [{"image_path": img, "pos_caption": "pos 0",
+                                                       "neg_caption": "neg 0"}])
+        _img(root / img)
+    enc = FakeEncoder({"pos 0": GOOD, "neg 0": BAD})
+    r = evaluate(EvalConfig(roots={"valse": str(va)}, allow_partial=True), ["valse"], enc=enc)["benchmarks"]["valse"]
+    assert {k: (v["n"], v["missing_images"]) for k, v in r["subsets"].items()} == {p: (1, 0) for p in recs}
+    assert r["settings"]["layout"] == "macco" and r["groups"]["spatial_relation"] == 1.0  # pos over neg
+    moved = tmp_path / "elsewhere"
+    _img(moved / "swig_1.jpg")
+    r = evaluate(EvalConfig(roots={"valse": str(va)}, allow_partial=True, valse_image_roots={"swig": str(moved)}),
+                 ["valse"], enc=enc)["benchmarks"]["valse"]
+    assert r["subsets"]["actant-swap"]["n"] == 1

@@ -321,14 +321,19 @@ def test_sts_known_correlations(tmp_path):
     cfg = EvalConfig(model="fake", roots={"sts": str(tmp_path)})
     r = evaluate(cfg, ["sts"], enc=DictEncoder(txt=txt))["benchmarks"]["sts"]
     assert r["subsets"]["sick-r"]["n"] == 4 and r["subsets"]["sts-b"]["n"] == 5  # SICK: the TEST rows only
-    assert r["settings"]["sick-r"]["rows_per_set"] == {"TRAIN": 2, "TEST": 4, "TRIAL": 1}
-    for key in ("sick-r_pearson", "sick-r_spearman", "sts-b_pearson", "sts-b_spearman"):
+    assert r["settings"]["sick-r"]["files"]["test"]["rows_per_set"] == {"TRAIN": 2, "TEST": 4, "TRIAL": 1}
+    for key in ("sick-r_cosine_pearson", "sick-r_cosine_spearman", "sts-b_cosine_pearson", "sts-b_cosine_spearman"):
         assert r["groups"][key] == pytest.approx(1.0)
+    # SICK.txt has TRAIN and TRIAL rows: SentEval's supervised protocol runs too (sick-r_pearson); STS-B has only
+    # its test file here: cosine only, said so
+    assert "sick-r_pearson" in r["groups"] and "sts-b_pearson" not in r["groups"]
+    assert r["settings"]["sts-b"]["protocol"].startswith("cosine only")
     rev = tmp_path / "rev"
     rev.mkdir()
     r = evaluate(EvalConfig(model="fake", roots={"sts": str(rev)}), ["sts"],
                  enc=DictEncoder(txt=_sts_fixture(rev, reverse=True)))["benchmarks"]["sts"]
-    assert r["groups"]["sts-b_spearman"] == pytest.approx(-1.0) and r["groups"]["sick-r_pearson"] == pytest.approx(-1)
+    assert r["groups"]["sts-b_cosine_spearman"] == pytest.approx(-1.0)
+    assert r["groups"]["sick-r_cosine_pearson"] == pytest.approx(-1)
     # one file alone is evaluated, and the other is named as absent
     (tmp_path / "SICK.txt").unlink()
     r = sts.evaluate(DictEncoder(txt=txt), tmp_path)
@@ -349,9 +354,10 @@ def test_stsb_glue_dev_and_sick_semeval_files(tmp_path):
         rows.append(f"{k + 1}\tsem a {k}\tsem b {k}\t{score}\tNEUTRAL")
     (tmp_path / "SICK_test_annotated.txt").write_text("\r\n".join(rows) + "\r\n")
     r = sts.evaluate(DictEncoder(txt=txt), tmp_path)
-    assert r["subsets"]["sts-b"]["n"] == 3 and r["settings"]["sts-b"]["format"] == "glue"
+    assert r["subsets"]["sts-b"]["n"] == 3 and r["settings"]["sts-b"]["files"]["test"]["format"] == "glue"
     assert r["subsets"]["sts-b"]["split"] == "dev" and r["subsets"]["sick-r"]["n"] == 3
-    assert r["groups"]["sts-b_spearman"] == pytest.approx(1.0) and r["groups"]["sick-r_spearman"] == pytest.approx(1)
+    assert r["groups"]["sts-b_cosine_spearman"] == pytest.approx(1.0)
+    assert r["groups"]["sick-r_cosine_spearman"] == pytest.approx(1)
 
 
 def test_sts_input_errors(tmp_path):
@@ -384,8 +390,9 @@ def test_sts_through_the_cli(tmp_path, capsys):
                       "--results-table", str(tmp_path / "er")) == 0
     r = json.loads(out.read_text())["benchmarks"]["sts"]
     for key in ("sick-r", "sts-b"):
-        for m in ("pearson", "spearman"):
+        for m in ("cosine_pearson", "cosine_spearman"):
             assert -1 <= r["subsets"][key][m] <= 1 and r["groups"][f"{key}_{m}"] == r["subsets"][key][m]
+    assert -1 <= r["groups"]["sick-r_pearson"] <= 1  # SICK.txt brings TRAIN and TRIAL rows: SentEval's protocol
     from data_schemas import TABLES, read_table
 
     rows = read_table(TABLES["eval_results"], tmp_path / "er").to_pylist()
@@ -474,3 +481,51 @@ def test_senteval_through_the_cli_and_the_help(tmp_path):
     help_text = next(a.help for a in ev._actions if a.dest == "benchmark")
     for name in ("linear-probe", "retrieval-coco", "retrieval-flickr", "sts", "senteval-probing"):
         assert name in BENCHMARKS and name in help_text
+
+
+def _senteval_sick(root: Path, n: dict[str, int], seed: int = 0) -> dict:
+    """SentEval's three SICK files (a header; pair_ID, sentence_A, sentence_B, relatedness_score, entailment) with
+    scores in [1, 5] and text features whose cosine is a monotone function of the score."""
+    rng = np.random.RandomState(seed)
+    txt = {}
+    files = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
+    k = 0
+    for split, count in n.items():
+        rows = ["pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment"]
+        for _ in range(count):
+            score = round(float(rng.uniform(1, 5)), 2)
+            a, b = f"sick {split} a {k}", f"sick {split} b {k}"
+            _pair_vectors(a, b, np.cos(np.pi / 2 * (5 - score) / 4), txt)
+            rows.append(f"{k}\t{a}\t{b}\t{score}\tNEUTRAL")
+            k += 1
+        (root / files[split]).write_text("\n".join(rows) + "\n")
+    return txt
+
+
+def test_sts_senteval_supervised_protocol_on_a_known_answer(tmp_path):
+    """#30 item 4: SICK-R as SentEval scores it (a regressor on [|u - v|, u * v] trained on train, chosen on dev):
+    with features that determine the score, the test Pearson is ~1; the unsupervised cosine is kept as a second,
+    named metric."""
+    txt = _senteval_sick(tmp_path, {"train": 300, "dev": 60, "test": 60})
+    r = sts.evaluate(DictEncoder(txt=txt), tmp_path)
+    s = r["subsets"]["sick-r"]
+    assert (s["n"], s["n_train"], s["n_dev"]) == (60, 300, 60)
+    assert s["pearson"] > 0.98 and s["dev_pearson"] > 0.98 and 0 < s["mse"] < 1.0
+    assert s["cosine_spearman"] == pytest.approx(1.0)  # the cosine is monotone in the score by construction
+    assert r["groups"]["sick-r_pearson"] == s["pearson"] and r["groups"]["sick-r_cosine_pearson"] == s["cosine_pearson"]
+    assert r["settings"]["sick-r"]["protocol"] == "senteval (supervised) and cosine" and r["settings"]["seed"] == 1111
+    again = sts.evaluate(DictEncoder(txt=txt), tmp_path)["subsets"]["sick-r"]
+    assert again["pearson"] == s["pearson"]  # seeded: the same numbers
+
+
+def test_senteval_targets_and_early_stopping_rule():
+    """The target distribution (Tai et al.'s, SentEval's encode_labels) and the stopping rule: the best dev round
+    is kept, training stops at the fourth round that does not improve it (rounds of 50 epochs)."""
+    y = np.array([3.6, 5.0, 1.0, 2.25])
+    t = sts.encode_labels(y)
+    assert t.tolist()[0] == pytest.approx([0, 0, 0.4, 0.6, 0]) and t[1].tolist() == [0, 0, 0, 0, 1]
+    assert np.allclose(t @ np.arange(1, 6), y) and np.allclose(t.sum(1), 1)
+    X = np.random.RandomState(0).randn(40, 6).astype(np.float32)
+    flat = (X[:10], np.full(10, 3.0))  # a constant dev set: its Pearson is nan -> 0, never improved after round 1
+    r = sts.relatedness_regression((X, np.linspace(1, 5, 40)), flat, (X[:10], np.linspace(1, 5, 10)))
+    assert r["epochs"] == 250 and r["dev_pearson"] == 0.0

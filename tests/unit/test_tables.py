@@ -57,6 +57,9 @@ def clean_rows():
                               n=10, correct=7, accuracy=0.7, ties=0, missing_images=0, checkpoint_sha256="abc",
                               config="{}", config_key="k", protocol="authors", activation="gelu", code_version="c",
                               created="2026-01-01T00:00:00.000000Z")],
+        "official": [dict(caption_id=1, objects=["circle", "square"], relations=["left of"], attributes=["red", "blue"],
+                          relation_phrases=["circle left of square"], attribute_phrases=["red circle", "blue square"],
+                          phrase_boxes='{"red circle": [[1, 2, 20, 40]]}', neg_captions=[])],
     }
 
 
@@ -103,6 +106,8 @@ VIOLATIONS = {
     "patch_masks.region_exists": lambda d: d["patch_masks"][1].update(concept_id=1),
     "errors.key_unique": lambda d: d["errors"].append(dict(d["errors"][0])),
     "eval_results.key_unique": lambda d: d["eval_results"].append(dict(d["eval_results"][0])),
+    "official.key_unique": lambda d: d["official"].append(dict(d["official"][0])),
+    "official.caption_exists": lambda d: d["official"][0].update(caption_id=99),
     "eval_results.accuracy_in_unit_interval": lambda d: d["eval_results"][0].update(accuracy=1.2),
     "eval_results.counts_consistent": lambda d: d["eval_results"][0].update(correct=11),
 }
