@@ -24,8 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _input_errors() -> tuple[type[BaseException], ...]:
     """What main() reports as one line: the project's input errors (malformed files, missing or damaged
     tables: ``InputFileError`` and its ``TableError``), config errors (``ConfigError``) and missing files. Other
-    exceptions are bugs and keep
-    their traceback. Imported when an exception is being handled, so a plain ``--help`` stays light."""
+    exceptions are bugs and keep their traceback. Imported when an exception is being handled, so a plain
+    ``--help`` stays light."""
     from data_schemas import InputFileError
     from data_schemas.config import ConfigError
 
