@@ -39,6 +39,7 @@ class Sample:
     phrase_boxes: list[list[list[float]]]  # per grounded phrase, its boxes (original pixels)
     hard_negative: str | None = None
     size: tuple[int, int] = (0, 0)  # (width, height) the captions table records (the boxes' frame); 0: unknown
+    phrase_kinds: tuple[str, ...] = ()  # the kind of each phrase of phrase_boxes (attribute / relation)
 
 
 @dataclass
@@ -49,6 +50,9 @@ class DataConfig:
     crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
     rect_prob: float = 0.1
     rect_ratio: float = 0.75
+    # any: one phrase's boxes drawn from all the caption's phrases (the reference); relation: from its relation
+    # phrases only (their boxes are the subject's and the object's: both objects masked), else from all
+    mask_phrases: str = "any"
     mean: tuple[float, float, float] = OPENAI_MEAN
     std: tuple[float, float, float] = OPENAI_STD
 
@@ -94,9 +98,11 @@ def build_samples(tables: dict[str, Path], split: str | None = "train", mask_kin
             if splits is None or r["split"] in splits}
     tm = {r["caption_id"]: r for r in read_table(TABLES["token_masks"], tables["token_masks"]).to_pylist()}
     concepts: dict[int, list[dict]] = {}
+    kind_of: dict[tuple[int, int], str] = {}
     if "scene_graphs" in tables:
         for r in read_table(TABLES["scene_graphs"], tables["scene_graphs"]).to_pylist():
             concepts.setdefault(r["caption_id"], []).append(r)
+            kind_of[(r["caption_id"], r["concept_id"])] = r["kind"]
     boxes: dict[int, dict[int, list]] = {}
     if "regions" in tables:
         for r in read_table(TABLES["regions"], tables["regions"]).to_pylist():
@@ -110,11 +116,13 @@ def build_samples(tables: dict[str, Path], split: str | None = "train", mask_kin
         t = tm[cid]
         pos = sorted({p for k in mask_kinds for p in t[f"{k}_idx"]})
         counts["empty_text_mask"] += not pos
-        phrase_boxes = [v for _, v in sorted(boxes.get(cid, {}).items())]
+        phrases = sorted(boxes.get(cid, {}).items())
+        phrase_boxes = [v for _, v in phrases]
         counts["no_region"] += not phrase_boxes
         neg = swap_negative(caps[cid]["caption"], concepts.get(cid, []), rng) if hard_negatives else None
         out.append(Sample(cid, caps[cid]["file_name"], t["token_ids"], pos, phrase_boxes, neg,
-                          (caps[cid]["width"], caps[cid]["height"])))
+                          (caps[cid]["width"], caps[cid]["height"]),
+                          tuple(kind_of.get((cid, k), "") for k, _ in phrases)))
     return out, counts
 
 
@@ -173,6 +181,13 @@ class MaccoDataset(Dataset):
         x = TF.normalize(TF.to_tensor(x), self.cfg.mean, self.cfg.std)
         return x, (top, left, h, w)
 
+    def _phrases(self, s: Sample) -> list:
+        """The phrases whose boxes the image mask is drawn from (``mask_phrases``)."""
+        if self.cfg.mask_phrases == "relation":
+            rel = [b for b, k in zip(s.phrase_boxes, s.phrase_kinds) if k == "relation"]
+            return rel or s.phrase_boxes
+        return s.phrase_boxes
+
     def __getitem__(self, key):
         epoch, idx = key
         s = self.samples[idx]
@@ -196,7 +211,7 @@ class MaccoDataset(Dataset):
         if rng.random() < self.cfg.rect_prob:
             idx_patches = random_rectangle(g, self.cfg.rect_ratio, rng)
         elif s.phrase_boxes:
-            idx_patches = boxes_patches(rng.choice(s.phrase_boxes), crop, self.geo)
+            idx_patches = boxes_patches(rng.choice(self._phrases(s)), crop, self.geo)
         else:
             idx_patches = []
         image_mask[idx_patches] = True

@@ -191,6 +191,60 @@ def text_direction_probe(T: np.ndarray, labels: np.ndarray, folds: int = 5, seed
     return float((pred == labels).mean())
 
 
+def bigram_shift(caption: str, rng) -> str | None:
+    """SentEval's BigramShift perturbation: two adjacent words swapped at a random place (None if every swap
+    leaves the caption unchanged)."""
+    words = caption.split()
+    spots = [i for i in range(len(words) - 1) if words[i].lower() != words[i + 1].lower()]
+    if not spots:
+        return None
+    i = spots[rng.randrange(len(spots))]
+    return " ".join(words[:i] + [words[i + 1], words[i]] + words[i + 2:])
+
+
+@torch.no_grad()
+def token_and_eot_features(model, tokenizer, texts: list[str], batch_size: int = 256,
+                           device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """(the mean of each caption's word-token features, its normalised EOT feature), from the text tower."""
+    from .masked import encode_text_tokens
+
+    toks, eots = [], []
+    for i in range(0, len(texts), batch_size):
+        t = tokenizer(texts[i:i + batch_size]).to(device)
+        x, g = encode_text_tokens(model, t)
+        eot = t.argmax(dim=-1)
+        pos = torch.arange(t.shape[1], device=device)
+        words = ((pos > 0) & (pos.unsqueeze(0) < eot.unsqueeze(1))).float().unsqueeze(-1)
+        toks.append(((x.float() * words).sum(1) / words.sum(1).clamp(min=1)).cpu().numpy())
+        eots.append(torch.nn.functional.normalize(g.float(), dim=-1).cpu().numpy())
+    return np.concatenate(toks), np.concatenate(eots)
+
+
+def bigram_shift_probe(model, tokenizer, captions: list[str], cfg: ProbeConfig) -> dict:
+    """Does the text tower know word order? Out-of-fold accuracy (50 % chance) of a logistic probe telling a
+    held-out caption from its BigramShift, from (a) the mean of its word-token features, (b) its EOT feature; a
+    caption and its shift are always in the same fold."""
+    import random
+
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GroupKFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rng = random.Random(cfg.seed)
+    pairs = [(c, s) for c in captions if (s := bigram_shift(c, rng)) is not None]
+    texts = [t for p in pairs for t in p]
+    labels = np.tile([0, 1], len(pairs))
+    groups = np.repeat(np.arange(len(pairs)), 2)
+    tok, eot = token_and_eot_features(model, tokenizer, texts, cfg.batch_size, cfg.device)
+    out = {"bigram_shift_n": len(pairs)}
+    for name, X in (("tokens", tok), ("eot", eot)):
+        est = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
+        pred = cross_val_predict(est, X, labels, cv=GroupKFold(cfg.folds), groups=groups)
+        out[f"bigram_shift_{name}_acc"] = float((pred == labels).mean())
+    return out
+
+
 # ---- general ability -------------------------------------------------------------------------------------
 def retrieval(I: np.ndarray, T: np.ndarray, text_image: np.ndarray) -> dict:
     """Recall@1 both ways; ``text_image`` [n_texts] is each caption's image row in ``I`` (both normalised)."""
@@ -269,6 +323,9 @@ def run_probes(model, preprocess, tokenizer, cfg: ProbeConfig, task=None, mask_r
                    "direction_acc": text_direction_probe(text_features(model, tokenizer, texts, cfg.batch_size,
                                                                       cfg.device), labels, cfg.folds, cfg.seed),
                    "direction_n": len(texts)}
+    held_out_captions = [a["caption"] for split in cfg.splits for a in json.loads(
+        (Path(cfg.world) / "annotations" / f"captions_{split}2014.json").read_text())["annotations"]]
+    out["text"] |= bigram_shift_probe(model, tokenizer, held_out_captions, cfg)
     # general ability on the test split
     test = [k for k, sc in enumerate(scenes) if sc["split"] == "test"]
     Gn = G[test] / np.linalg.norm(G[test], axis=1, keepdims=True)
@@ -305,13 +362,13 @@ def held_out_mask_rows(tables: dict[str, str | Path], splits=HELD_OUT) -> list[d
 
 def load_training_task(train_checkpoint: str | Path, device: str = "cpu"):
     """(training task of a run's checkpoint: CLIP + predictors + mask tokens, its TrainConfig), or (None, cfg)
-    for a run that is not a MaccoTask (mode scene)."""
+    for a run that is not a MaccoTask (mode scene or lm)."""
     from . import resolve_arch
     from .train import build_task, load_config
 
     ck = torch.load(train_checkpoint, map_location="cpu", weights_only=True)
     cfg = load_config(None, [], **ck["config"])
-    if cfg.mode == "scene":
+    if cfg.mode in ("scene", "lm"):  # a base stage: no predictors to probe
         return None, cfg
     # the architecture the run built (its weights file decided it, e.g. QuickGELU for OpenAI weights), without
     # loading that file: the checkpoint holds every weight

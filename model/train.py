@@ -101,14 +101,18 @@ def scenes_path(cfg: TrainConfig) -> Path:
 
 
 def build_task(cfg: TrainConfig, vocab=None, weights_later: bool = False):
-    """The training task: ``MaccoTask`` (macco, clip-ft and the ablations) or ``SceneTask`` (mode scene, with
-    the scene vocabulary ``vocab``). ``lock_image`` freezes the image tower. ``weights_later``: every weight is
+    """The training task: ``MaccoTask`` (macco, clip-ft and the ablations), ``SceneTask`` (mode scene, with
+    the scene vocabulary ``vocab``) or ``LMTask`` (mode lm, ``vocab`` the training captions' token ids). ``lock_image`` freezes the image tower. ``weights_later``: every weight is
     loaded afterwards (a resumed checkpoint), see ``model.create_clip``."""
     from . import create_clip, register_model_configs, resolve_arch
 
     register_model_configs()
     arch = resolve_arch(cfg.arch, cfg.pretrained)
     clip = create_clip(arch, cfg.pretrained, weights_later=weights_later)
+    if cfg.mode == "lm":
+        from .lm import LMTask
+
+        return LMTask(clip, vocab)  # vocab: the training captions' token ids (lm_vocabulary)
     if cfg.mode == "scene":
         from .scene import SceneTask
 
@@ -179,6 +183,10 @@ def setup(cfg: TrainConfig) -> TrainState:
         from .scene import scene_targets
 
         scenes, vocab = scene_targets(scenes_path(cfg))
+    elif cfg.mode == "lm":
+        from .lm import lm_vocabulary
+
+        vocab = lm_vocabulary(cfg.tables["token_masks"], cfg.tables["captions"], cfg.split)
     ck = latest_checkpoint(cfg.out_dir) if cfg.resume == "auto" else (Path(cfg.resume) if cfg.resume else None)
     task = build_task(cfg, vocab, weights_later=ck is not None).to(device)
     task.rank, task.world_size = rank, world
@@ -231,7 +239,8 @@ def training_dataset(task, cfg: TrainConfig, samples: list, split: str, scenes=N
     shapes = tower_shapes(task.clip)
     pp = getattr(task.clip.visual, "preprocess_cfg", None) or {}
     dcfg = DataConfig(image_root=cfg.image_root, split=split, crop_scale=cfg.crop_scale, rect_prob=cfg.rect_prob,
-                      rect_ratio=cfg.rect_ratio, **{k: tuple(pp[k]) for k in ("mean", "std") if k in pp})
+                      rect_ratio=cfg.rect_ratio, mask_phrases=cfg.mask_phrases,
+                      **{k: tuple(pp[k]) for k in ("mean", "std") if k in pp})
     tokenizer = open_clip.get_tokenizer(resolve_export_arch(cfg)) if cfg.hardneg else None
     return MaccoDataset(samples, dcfg, Geometry(shapes["grid"] * shapes["patch"], shapes["patch"]), seed=cfg.seed,
                         tokenizer=tokenizer, scenes=scenes)
@@ -273,6 +282,8 @@ def train_step(state: TrainState, batch: dict, step: int, stats: bool) -> tuple[
         with torch.autocast(device.type, dtype=state.amp_dtype, enabled=state.amp_dtype is not None):
             if cfg.mode == "scene":
                 out = state.model(batch["image"][sl], batch["scene"][sl], stats=stats)
+            elif cfg.mode == "lm":
+                out = state.model(batch["text"][sl], stats=stats)
             else:
                 # the step's shapes from the host copy of the batch: no device sync inside the step
                 sizes = task.step_sizes(host["text"][sl], host["text_mask"][sl], host["image_mask"][sl])

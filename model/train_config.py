@@ -12,7 +12,7 @@ from data_schemas.geometry import DEFAULT_ARCH
 from .losses import LossWeights
 from .task import Mode
 
-TrainMode = Literal[Mode, "scene"]
+TrainMode = Literal[Mode, "scene", "lm"]  # scene: model.scene (image tower); lm: model.lm (text tower)
 SECTION = "train config"
 
 
@@ -27,7 +27,9 @@ class TrainConfig:
     # the paper's ~110k COCO pairs per epoch (Karpathy train + restval: 113k images, 567k captions)
     captions_per_image: Literal["all", "1"] = "all"
     out_dir: str = "artifacts/runs/default"
-    mode: TrainMode = "macco"  # scene: the image tower on the world's scene truth (model.scene)
+    # scene: the image tower on the world's scene truth (model.scene); lm: the text tower as a causal language model
+    # on the training captions (model.lm)
+    mode: TrainMode = "macco"
     hardneg: bool = False
     mca: bool = True  # masked samples as extra contrastive negatives (the ablation "macco without MCA": false)
     mir: bool = True  # the intra-modal masked-vs-full term (the ablation "macco without MIR": false)
@@ -58,6 +60,9 @@ class TrainConfig:
     seed: int = 0
     rect_prob: float = 0.1
     rect_ratio: float = 0.75
+    # the phrase an image mask covers: any (the reference: one of the caption's phrases at random) or relation (a
+    # relation phrase: its subject's and object's boxes, so filling them needs the relation; docs/experiments H3)
+    mask_phrases: Literal["any", "relation"] = "any"
     crop_scale: tuple[float, float] = (0.9, 1.0)
     save_every: int = 0  # steps between resumable checkpoints (0: only at the end)
     max_skipped_fraction: float = 0.01  # unreadable or resized images allowed (share of samples drawn); past it: fail

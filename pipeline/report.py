@@ -369,6 +369,8 @@ PROBE_ROWS = [
     ("text: relation-swap cosine", ("text", "relation_swap_cosine"), "r2"),
     ("text: attribute-swap cosine", ("text", "attribute_swap_cosine"), "r2"),
     ("text: relation direction %", ("text", "direction_acc"), "pct"),
+    ("text: bigram shift, word tokens %", ("text", "bigram_shift_tokens_acc"), "pct"),
+    ("text: bigram shift, EOT %", ("text", "bigram_shift_eot_acc"), "pct"),
     ("recon: relation words %", ("reconstruction", "relation_acc"), "pct"),
     ("recon: attribute words %", ("reconstruction", "attribute_acc"), "pct"),
     ("retrieval i→t R@1 %", ("retrieval", "i2t_r1"), "pct"),

@@ -1,0 +1,103 @@
+"""#29's training options and probe: the causal language-model stage of a base (``mode: lm``, H2), image masks
+drawn from relation phrases only (``mask_phrases: relation``, H3), and the BigramShift word-order probe."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from data_schemas import TABLES, read_table
+
+
+def _cfg(world, world_tables, out: Path, **kw):
+    from model.train import load_config
+
+    base = dict(arch="macco-micro", batch_size=8, max_steps=4, workers=0, lr_clip=1e-3, lr_predictor=1e-3, warmup=1,
+                log_every=1, progress=False, out_dir=str(out), image_root=str(world),
+                tables={k: str(v) for k, v in world_tables.items() if k != "root"})
+    return load_config(None, [], **{**base, **kw})
+
+
+def test_lm_mode_trains_only_the_text_tower_on_next_tokens_and_exports_a_plain_clip(world, world_tables, tmp_path):
+    from safetensors.torch import load_file
+
+    from model.lm import LMTask, lm_vocabulary
+    from model.train import build_task, train
+
+    cfg = _cfg(world, world_tables, tmp_path / "r", mode="lm", max_steps=30, batch_size=16, lr_clip=3e-3)
+    vocab = lm_vocabulary(world_tables["token_masks"], world_tables["captions"], "train")
+    tm = read_table(TABLES["token_masks"], world_tables["token_masks"]).to_pylist()
+    assert 49406 in vocab and 49407 in vocab and len(vocab) < 300  # the corpus's tokens, SOT and EOT included
+    torch.manual_seed(cfg.seed)  # as train's setup does before it builds the task: the same initial weights
+    task = build_task(cfg, vocab)
+    assert isinstance(task, LMTask)
+    trained = {n for n, p in task.named_parameters() if p.requires_grad}
+    assert trained and all(n.startswith(("clip.token_embedding", "clip.transformer", "clip.ln_final",
+                                         "clip.positional_embedding", "lm_head")) for n in trained)
+    # the loss: the next token at each position up to the EOT, nothing after it
+    text = torch.tensor([tm[0]["token_ids"]])
+    eot = tm[0]["eot_idx"]
+    h = task.token_features(text)[0, :eot]
+    logits = task.lm_head(h)
+    rows = torch.tensor([vocab.index(t) for t in tm[0]["token_ids"][1:eot + 1]])
+    assert task(text)["lm_loss"].item() == pytest.approx(torch.nn.functional.cross_entropy(logits, rows).item(),
+                                                         rel=1e-5)
+    before = {k: v.clone() for k, v in task.clip.visual.state_dict().items()}
+    summary = train(cfg)
+    first, last = summary["history"][0]["lm_loss"], summary["history"][-1]["lm_loss"]
+    assert last < first  # it learns the captions
+    exported = load_file(str(tmp_path / "r" / "export" / "open_clip_model.safetensors"))
+    assert not any("lm_head" in k for k in exported)
+    shared = [k for k in before if f"visual.{k}" in exported]
+    assert shared and all(torch.equal(exported[f"visual.{k}"], before[k]) for k in shared)  # the image tower: as built
+
+
+def test_relation_masks_draw_from_relation_phrases_only(world, world_tables):
+    from data_schemas.geometry import Geometry
+    from model.data import DataConfig, MaccoDataset, build_samples
+    from model.data import boxes_patches  # noqa: F401 (the rule the dataset applies)
+
+    tables = {k: Path(v) for k, v in world_tables.items() if k != "root"}
+    samples, _ = build_samples(tables, "train")
+    s = next(x for x in samples if "relation" in x.phrase_kinds and "attribute" in x.phrase_kinds)
+    rel = [b for b, k in zip(s.phrase_boxes, s.phrase_kinds) if k == "relation"]
+    for mode, allowed in (("relation", rel), ("any", s.phrase_boxes)):
+        ds = MaccoDataset([s], DataConfig(image_root=str(world), rect_prob=0.0, mask_phrases=mode), Geometry(32, 8))
+        assert ds._phrases(s) == allowed
+    assert all(len(b) == 2 for b in rel)  # a relation phrase's boxes: its subject's and its object's
+    only_attr = next(x for x in samples if x.phrase_kinds and "relation" not in x.phrase_kinds) \
+        if any(x.phrase_kinds and "relation" not in x.phrase_kinds for x in samples) else None
+    if only_attr is not None:  # no relation phrase: every phrase, as the reference
+        ds = MaccoDataset([only_attr], DataConfig(mask_phrases="relation"), Geometry(32, 8))
+        assert ds._phrases(only_attr) == only_attr.phrase_boxes
+
+
+def test_bigram_shift_swaps_two_different_adjacent_words():
+    from model.probes import bigram_shift
+
+    rng = random.Random(0)
+    for cap in ("a red circle left of a blue square", "there is a small green cross"):
+        s = bigram_shift(cap, rng)
+        a, b = cap.split(), s.split()
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        assert sorted(a) == sorted(b) and len(diff) == 2 and diff[1] == diff[0] + 1
+    assert bigram_shift("a a a", rng) is None and bigram_shift("word", rng) is None
+
+
+def test_bigram_shift_probe_runs_on_a_tower(world):
+    import open_clip
+
+    from model import register_model_configs
+    from model.probes import ProbeConfig, bigram_shift_probe
+
+    register_model_configs()
+    model = open_clip.create_model("macco-micro").eval()
+    tok = open_clip.get_tokenizer("macco-micro")
+    caps = [f"a {c} circle left of a {d} square" for c in ("red", "blue", "green", "white") for d in
+            ("black", "purple", "orange", "yellow")] * 3
+    r = bigram_shift_probe(model, tok, caps, ProbeConfig(world=str(world), folds=3))
+    assert r["bigram_shift_n"] == len(caps)
+    assert 0.0 <= r["bigram_shift_tokens_acc"] <= 1.0 and 0.0 <= r["bigram_shift_eot_acc"] <= 1.0
