@@ -78,7 +78,7 @@ def test_literal_options_match_what_the_stages_accept():
 
     assert choices(CaptionsConfig, "source") == SOURCES
     assert choices(GroundingConfig, "backend") == tuple(BACKENDS)
-    assert choices(MaccoConfig, "mode") == MODES and choices(TrainConfig, "mode") == (*MODES, "scene")
+    assert choices(MaccoConfig, "mode") == MODES and choices(TrainConfig, "mode") == (*MODES, "scene", "lm")
     assert choices(EvalConfig, "protocol") == tuple(PROTOCOL_DEFAULTS)
     assert choices(ParseConfig, "parser") == ("rules", "sng", "official") and choices(ParseConfig, "spacy_model") is None
     for cls, key, bad in [(CaptionsConfig, "source", "tsv"), (GroundingConfig, "backend", "gdino"),
