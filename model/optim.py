@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from .train import TrainConfig
+    from .train_config import TrainConfig
 
 
 def param_groups(task: torch.nn.Module, cfg: TrainConfig) -> list[dict]:

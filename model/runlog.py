@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from .train import TrainConfig, TrainState
+    from .train_config import TrainConfig
+    from .train_state import TrainState
 
 
 class TooManySkipped(RuntimeError):

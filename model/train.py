@@ -18,7 +18,7 @@ import math
 import os
 import random
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +29,7 @@ from .runlog import RunLog, SkipCount, TooManySkipped, format_log_row, progress_
 from .masked import tower_shapes
 from .task import MaccoConfig, MaccoTask
 from .train_config import TrainConfig, load_config  # noqa: F401 (API)
+from .train_state import TrainState
 
 log = logging.getLogger(__name__)
 
@@ -133,31 +134,6 @@ def build_task(cfg: TrainConfig, vocab=None, weights_later: bool = False):
 
 
 # ---- training ---------------------------------------------------------------------------------------------
-@dataclass
-class TrainState:
-    """Everything a step needs, built once by ``setup``."""
-    cfg: TrainConfig
-    task: torch.nn.Module  # MaccoTask or SceneTask (what is saved and exported)
-    model: torch.nn.Module  # the task, wrapped for DDP / compiled (what runs the step)
-    opt: torch.optim.Optimizer
-    sched: torch.optim.lr_scheduler.LambdaLR
-    scaler: torch.amp.GradScaler
-    device: torch.device
-    amp_dtype: torch.dtype | None
-    loader: object
-    total: int  # steps of the whole run
-    start: int  # the step it starts at (> 0 when resumed)
-    rank: int
-    world: int
-    counts: dict  # build_samples' counts
-    out_dir: Path
-    resumed_from: Path | None = None  # the checkpoint a resumed run continues from
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
 def setup(cfg: TrainConfig) -> TrainState:
     """Process group, device, seeds, task, data, optimiser and schedule, then the checkpoint to resume from."""
     from torch.utils.data import DataLoader

@@ -262,10 +262,10 @@ def read_caption_jsonl(path: str | Path, *, split: str, image_root: str | Path |
     refuses it). An empty, blank or null caption is an ``empty_caption`` row, a caption that is not text a
     ``non_text_caption`` row. A line's own ``split`` wins over ``split``.
     """
-    from pipeline.sources import _Images
+    from pipeline.images import ImageSizes
 
     path = Path(path)
-    images = _Images(Path(image_root)) if image_root is not None else None
+    images = ImageSizes(Path(image_root)) if image_root is not None else None
     out, seen = CaptionRead(), {}
     for n, rec in jsonl_records(path, out.errors):
         where = f"line {n}"

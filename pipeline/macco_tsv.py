@@ -76,11 +76,12 @@ def read_macco_tsv(path: str | Path, image_root: str | Path | None = None, split
     and column."""
     import json
 
-    from pipeline.sources import _add, _Images, _relative, csv_records
+    from pipeline.images import ImageSizes
+    from pipeline.sources import _add, _relative, csv_records
 
     path = Path(path)
     root = Path(image_root) if image_root else path.parent
-    images, out, official = _Images(root), CaptionRead(), []
+    images, out, official = ImageSizes(root), CaptionRead(), []
     for i, where, rec in csv_records(path, "\t", REQUIRED, out.errors):
         try:
             lists = {c: _words(_literal(rec.get(c), c, where), c) if c in REQUIRED or rec.get(c) else []

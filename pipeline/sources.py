@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from data_schemas.errors import error_row
-from data_schemas.geometry import displayed_size
 from pipeline.captions import (STAGE, CaptionRead, InputFileError, NotUtf8, check_unique_id, jsonl_records,
                                not_utf8_error, text_lines)
+from pipeline.images import ImageSizes
 
 Source = Literal["coco", "csv", "folder", "webdataset", "macco-tsv"]  # macco-tsv: pipeline.macco_tsv
 SOURCES = get_args(Source)
@@ -37,30 +37,7 @@ def image_id_of(file_name: str) -> int:
     return int(hashlib.sha256(file_name.encode()).hexdigest()[:15], 16)
 
 
-class _Images:
-    """Image sizes read from the files once each (header only); failures are remembered as error messages."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.sizes: dict[str, tuple[int, int] | str] = {}
-
-    def size(self, file_name: str) -> tuple[int, int] | str:
-        if file_name not in self.sizes:
-            from PIL import Image, UnidentifiedImageError
-
-            path = self.root / file_name
-            if not path.is_file():
-                self.sizes[file_name] = f"{path}: image file not found"
-            else:
-                try:
-                    with Image.open(path) as im:
-                        self.sizes[file_name] = displayed_size(im)
-                except (OSError, UnidentifiedImageError, ValueError) as exc:
-                    self.sizes[file_name] = f"{path}: unreadable image ({exc})"
-        return self.sizes[file_name]
-
-
-def _add(out: CaptionRead, images: _Images, caption_id: int, file_name: str, caption, split: str,
+def _add(out: CaptionRead, images: ImageSizes, caption_id: int, file_name: str, caption, split: str,
          where: str) -> None:
     """One caption row, or the error row that says why not."""
     if caption is None or not str(caption).strip():
@@ -132,7 +109,7 @@ def read_csv_source(path: str | Path, *, img_key: str = "filepath", caption_key:
     not counted); bad lines are error rows (``csv_records``)."""
     path = Path(path)
     root = Path(image_root) if image_root else path.parent
-    images, out = _Images(root), CaptionRead()
+    images, out = ImageSizes(root), CaptionRead()
     for i, where, rec in csv_records(path, separator, (img_key, caption_key, *([split_key] if split_key else [])),
                                      out.errors):
         file_value = rec[img_key]
@@ -153,7 +130,7 @@ def read_folder_source(captions_jsonl: str | Path, *, image_root: str | Path | N
                              '{"file_name": ..., "caption": ...} per line (optional "id", "split"), the images '
                              "relative to the file's folder or to --image-root")
     root = Path(image_root) if image_root else path.parent
-    images, out = _Images(root), CaptionRead()
+    images, out = ImageSizes(root), CaptionRead()
     seen: dict[int, str] = {}
     for n, rec in jsonl_records(path, out.errors):
         where = f"{path}: line {n}"
@@ -214,7 +191,7 @@ def read_webdataset_source(patterns: str | list[str], store: str | Path, *, spli
 
     dataset = wds.WebDataset(shards, shardshuffle=False, handler=record, empty_check=False,
                              nodesplitter=lambda urls: urls, workersplitter=lambda urls: urls)
-    images = _Images(store)
+    images = ImageSizes(store)
     for i, sample in enumerate(dataset):
         where = f"{sample.get('__url__', '?')}: sample {sample.get('__key__', '?')}"
         ext = next((e for e in IMAGE_EXTS if e in sample), None)

@@ -22,7 +22,7 @@ from pipeline.sources import Source
 
 
 # the modules whose code each stage's output depends on: its manifest's code version and the flow's key
-CAPTIONS_CODE = ("pipeline.captions", "pipeline.sources", "pipeline.macco_tsv", "pipeline.stages")
+CAPTIONS_CODE = ("pipeline.captions", "pipeline.sources", "pipeline.images", "pipeline.macco_tsv", "pipeline.stages")
 PARSE_CODE = ("pipeline.scene_graph", "pipeline.concepts", "pipeline.sng", "pipeline.tokens", "pipeline.macco_tsv",
               "pipeline.stages")
 MASKS_CODE = ("pipeline.patches", "data_schemas.geometry", "pipeline.stages")

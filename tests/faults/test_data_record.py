@@ -9,7 +9,6 @@ import os
 import shutil
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from data_schemas import TABLES, read_table, write_table

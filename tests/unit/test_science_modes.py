@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -58,7 +57,6 @@ def test_lm_mode_trains_only_the_text_tower_on_next_tokens_and_exports_a_plain_c
 def test_relation_masks_draw_from_relation_phrases_only(world, world_tables):
     from data_schemas.geometry import Geometry
     from model.data import DataConfig, MaccoDataset, build_samples
-    from model.data import boxes_patches  # noqa: F401 (the rule the dataset applies)
 
     tables = {k: Path(v) for k, v in world_tables.items() if k != "root"}
     samples, _ = build_samples(tables, "train")
