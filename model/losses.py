@@ -95,6 +95,53 @@ def sigmoid_intra_modal_loss(full: torch.Tensor, masked: torch.Tensor, scale: to
     return sigmoid_pairs_loss(masked, full, labels, scale, bias, B)
 
 
+# ---- the contrastive objective, chosen once per task (as open_clip's ClipLoss / SigLipLoss) ---------------
+class ContrastObjective:
+    """The contrastive terms' form and the feature gather across ranks, chosen once for a task: the softmax form
+    (CLIP) or the sigmoid one (SigLIP, with the model's logit bias). Under DDP the features of every rank are
+    gathered *with* gradient (open_clip's gather_with_grad, without local_loss): each rank computes the global
+    loss, the gather's backward sums the ranks' gradients into each rank's own features, and DDP's average over
+    ranks gives the global gradient (without gradient through the gather only the local features get one and the
+    average shrinks the contrastive terms by 1 / world_size against the reconstruction terms)."""
+
+    sigmoid = False
+
+    def __init__(self):
+        self.world_size = 1
+
+    def gather(self, *feats: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.world_size == 1:
+            return feats
+        import torch.distributed.nn
+
+        return tuple(torch.cat(torch.distributed.nn.all_gather(f), dim=0) for f in feats)
+
+    def contrast(self, images: list[torch.Tensor], texts: list[torch.Tensor], scale: torch.Tensor,
+                 hard_texts: torch.Tensor | None = None) -> torch.Tensor:
+        """MCA (``contrast_loss``)."""
+        return contrast_loss(images, texts, scale, hard_texts)
+
+    def intra(self, full: torch.Tensor, masked: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """MIR of one modality (``intra_modal_loss``)."""
+        return intra_modal_loss(full, masked, scale)
+
+
+class SigmoidContrastObjective(ContrastObjective):
+    """The sigmoid form (``sigmoid_contrast_loss``, ``sigmoid_intra_modal_loss``) with the model's logit bias."""
+
+    sigmoid = True
+
+    def __init__(self, clip: nn.Module):
+        super().__init__()
+        self.clip = clip  # its logit_bias, read at each call (it trains)
+
+    def contrast(self, images, texts, scale, hard_texts=None):
+        return sigmoid_contrast_loss(images, texts, scale, self.clip.logit_bias, hard_texts)
+
+    def intra(self, full, masked, scale):
+        return sigmoid_intra_modal_loss(full, masked, scale, self.clip.logit_bias)
+
+
 def per_sample_mean(values: torch.Tensor, sample: torch.Tensor, batch: int,
                     count: torch.Tensor | None = None) -> torch.Tensor:
     """Mean of ``values`` [N] within each sample (``sample`` [N] its index), then over the samples that have any
@@ -209,6 +256,28 @@ def image_reconstruction_loss(rows: torch.Tensor, images: torch.Tensor, mask: to
     target = norm_pix(grid[b, n // w, n % w].reshape(len(b), d))  # [n, p*p*3], patchify's order
     err = ((rows.float() - target) ** 2).mean(dim=-1)
     return per_sample_mean(err, b, mask.shape[0], count)
+
+
+# ---- the scene stage of a base (model.scene): its terms and their weights ---------------------------------
+SCENE_WEIGHTS = {"presence_loss": 1.0, "position_loss": 10.0, "kind_loss": 1.0, "size_loss": 1.0}
+
+
+def scene_terms(out: torch.Tensor, targets: torch.Tensor, kinds: int,
+                weights: dict[str, float] = SCENE_WEIGHTS) -> dict[str, torch.Tensor]:
+    """``SceneTask``'s weighted terms from its head's output [B, C, 3 + K + S] and the targets [B, C, 6]
+    (``scene.SLOT_FIELDS``): presence BCE for every colour; for the colours that occur once, the centre's MSE (a
+    linear read-out, no squashing: what a linear probe of the embedding can find), the kind's and the size's CE."""
+    present, unique = targets[..., 0], targets[..., 1] > 0
+    terms = {"presence_loss": weights["presence_loss"] * F.binary_cross_entropy_with_logits(out[..., 0], present)}
+    if unique.any():
+        u, tu = out[unique], targets[unique]
+        terms["position_loss"] = weights["position_loss"] * F.mse_loss(u[:, 1:3], tu[:, 2:4])
+        terms["kind_loss"] = weights["kind_loss"] * F.cross_entropy(u[:, 3:3 + kinds], tu[:, 4].long())
+        terms["size_loss"] = weights["size_loss"] * F.cross_entropy(u[:, 3 + kinds:], tu[:, 5].long())
+    else:
+        zero = out.sum() * 0.0
+        terms.update(position_loss=zero, kind_loss=zero, size_loss=zero)
+    return terms
 
 
 def term_weights(w: LossWeights) -> dict[str, float]:

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from .losses import SCENE_WEIGHTS, scene_terms
 from .masked import tower_shapes
 
 # per colour slot: present, unique, centre x, centre y (in [0, 1] of the image), kind index, size index
@@ -94,12 +94,13 @@ def crop_targets(t: torch.Tensor, crop: tuple[int, int, int, int], width: int, h
 
 
 class SceneTask(nn.Module):
-    """CLIP + training-only linear heads on the global image embedding; loss = presence BCE + (for colours
-    that occur once) centre MSE x ``position_weight`` + kind CE + size CE. Only the image tower is trained."""
+    """CLIP + training-only linear heads on the global image embedding; the loss is ``losses.scene_terms``
+    (presence, and for colours that occur once centre, kind and size; weights ``losses.SCENE_WEIGHTS``). Only the
+    image tower is trained."""
 
-    def __init__(self, clip: nn.Module, vocab: SceneVocab, position_weight: float = 10.0):
+    def __init__(self, clip: nn.Module, vocab: SceneVocab, weights: dict[str, float] | None = None):
         super().__init__()
-        self.clip, self.vocab, self.position_weight = clip, vocab, position_weight
+        self.clip, self.vocab, self.weights = clip, vocab, dict(weights or SCENE_WEIGHTS)
         dim = tower_shapes(clip)["embed"]  # what encode_image returns (CLIP: visual.proj's; SigLIP: the MAP head's)
         C, K, S = len(vocab.colours), len(vocab.kinds), len(vocab.sizes)
         self.sizes = (C, K, S)
@@ -114,18 +115,7 @@ class SceneTask(nn.Module):
         z = self.clip.encode_image(images)
         out = self.scene_head(z).float().view(-1, C, 1 + 2 + K + S)
         present, unique = targets[..., 0], targets[..., 1] > 0
-        terms: dict[str, torch.Tensor] = {}
-        terms["presence_loss"] = F.binary_cross_entropy_with_logits(out[..., 0], present)
-        if unique.any():
-            u = out[unique]
-            tu = targets[unique]
-            # a linear read-out of the centre (no squashing): what a linear probe of the embedding can find
-            terms["position_loss"] = self.position_weight * F.mse_loss(u[:, 1:3], tu[:, 2:4])
-            terms["kind_loss"] = F.cross_entropy(u[:, 3:3 + K], tu[:, 4].long())
-            terms["size_loss"] = F.cross_entropy(u[:, 3 + K:], tu[:, 5].long())
-        else:
-            zero = out.sum() * 0.0
-            terms.update(position_loss=zero, kind_loss=zero, size_loss=zero)
+        terms = scene_terms(out, targets, K, self.weights)
         terms["total_loss"] = sum(terms.values())
         if stats:
             with torch.no_grad():

@@ -17,8 +17,8 @@ from torch import nn
 
 from data_schemas.config import check_choices
 
-from .losses import (LossWeights, contrast_loss, image_reconstruction_loss, intra_modal_contrast_loss, intra_modal_loss,
-                     sigmoid_contrast_loss, sigmoid_intra_modal_loss, text_reconstruction_loss, total_loss)
+from .losses import (ContrastObjective, LossWeights, SigmoidContrastObjective, image_reconstruction_loss,
+                     intra_modal_contrast_loss, text_reconstruction_loss, total_loss)
 from .masked import (encode_image_pair, encode_image_tokens, encode_text_pair, encode_text_tokens,
                      supports_trimmed_text, tower_shapes)
 from .predictors import ImagePredictor, TextPredictor
@@ -55,6 +55,26 @@ class MaccoConfig:
         return self.mode in ("macco", "image-only")
 
 
+@dataclass
+class Encoded:
+    """One step's features: the full and masked copies' tokens and globals (None where a mode does not mask),
+    the logit scale, and the step's shapes (``MaccoTask.step_sizes``) and predictor query slots."""
+    scale: torch.Tensor
+    text_len: int
+    text_count: int
+    image_count: int
+    text_slots: tuple | None
+    image_slots: tuple | None
+    t_tok: torch.Tensor
+    t_glob: torch.Tensor
+    tm_tok: torch.Tensor | None
+    tm_glob: torch.Tensor | None
+    i_glob: torch.Tensor
+    i_tok: torch.Tensor
+    im_glob: torch.Tensor | None
+    im_tok: torch.Tensor | None
+
+
 def predictor_heads(width: int) -> int:
     """The reference's 8 heads for the paper backbones (joint width 512 or 768: heads of 64 or 96 channels);
     narrower (tiny) models keep heads of 32 channels, as their towers do, instead of splitting into 8 heads of
@@ -83,23 +103,22 @@ class MaccoTask(nn.Module):
         i_layers = cfg.image_cross_layers or (6 if large_backbone else 3)
         self.text_predictor = TextPredictor(width, heads, t_layers, cfg.text_self_layers, shapes["vocab"])
         self.image_predictor = ImagePredictor(width, heads, self.grid, self.patch_size, i_layers, cfg.image_self_layers)
-        self.rank, self.world_size = 0, 1
+        # the contrastive terms' form, chosen once: SigLIP's sigmoid (with the model's logit bias) or CLIP's softmax
+        self.objective = SigmoidContrastObjective(clip) if self.sigmoid else ContrastObjective()
+        self.rank = 0
 
     # ---- DDP: every term's value and gradient are those of one process on the global batch -----------------
-    # The contrastive terms see the features of every rank, gathered *with* gradient (open_clip's
-    # gather_with_grad, without local_loss): each rank computes the global loss, the gather's backward sums the
-    # ranks' gradients into each rank's own features, and DDP's average over ranks gives the global gradient.
-    # Without gradient through the gather (open_clip's default) only the local features get one and the
-    # average shrinks the contrastive terms by 1/world_size against the reconstruction terms.
-    # The reconstruction terms are means over the samples that have a mask: each rank divides its sum by the
-    # global number of such samples per rank (``samples_per_rank``), so the average over ranks is the global
-    # mean (not the mean of the ranks' means, which weighs a rank with few masked samples up).
-    def _gather(self, *feats: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        if self.world_size == 1:
-            return feats
-        import torch.distributed.nn
+    # The contrastive terms see every rank's features gathered with gradient (``losses.ContrastObjective``). The
+    # reconstruction terms are means over the samples that have a mask: each rank divides its sum by the global
+    # number of such samples per rank (``samples_per_rank``), so the average over ranks is the global mean (not
+    # the mean of the ranks' means, which weighs a rank with few masked samples up).
+    @property
+    def world_size(self) -> int:
+        return self.objective.world_size
 
-        return tuple(torch.cat(torch.distributed.nn.all_gather(f), dim=0) for f in feats)
+    @world_size.setter
+    def world_size(self, n: int) -> None:
+        self.objective.world_size = n
 
     def samples_per_rank(self, mask: torch.Tensor) -> torch.Tensor | None:
         """The global number of samples with any masked position over the number of ranks (None: one process,
@@ -125,26 +144,35 @@ class MaccoTask(nn.Module):
         sizes = torch.stack([text_len, text_mask.sum(dim=1).amax(), image_mask.sum(dim=1).amax()])
         return sizes.tolist()
 
-    def _intra(self, full: torch.Tensor, masked: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        if self.sigmoid:
-            return sigmoid_intra_modal_loss(full, masked, scale, self.clip.logit_bias)
-        return intra_modal_loss(full, masked, scale)
-
     def forward(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor,
                 image_mask: torch.Tensor, hard_texts: torch.Tensor | None = None,
                 stats: bool = True, sizes: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
-        """images [B,3,H,W], texts [B,L] ids, text_mask [B,L] bool, image_mask [B,N] bool (True = masked).
-        ``stats=False`` skips the masked-word accuracy (an argmax over the vocabulary; the loop asks for it only
-        on the steps it logs)."""
-        cfg, clip, B = self.cfg, self.clip, texts.shape[0]
+        """images [B,3,H,W], texts [B,L] ids, text_mask [B,L] bool, image_mask [B,N] bool (True = masked):
+        ``encode`` -> ``contrastive_terms`` -> ``reconstruction_terms`` -> the weighted total. ``stats=False``
+        skips the masked-word accuracy (an argmax over the vocabulary; the loop asks for it only on the steps it
+        logs)."""
+        enc = self.encode(images, texts, text_mask, image_mask, sizes)
+        out = self.contrastive_terms(enc, hard_texts)
+        out |= self.reconstruction_terms(enc, images, texts, text_mask, image_mask, stats)
+        out["total_loss"] = total_loss(out, self.cfg.weights)
+        with torch.no_grad():
+            out["empty_text_masks"] = (~text_mask.any(dim=1)).sum().float()
+            out["empty_image_masks"] = (~image_mask.any(dim=1)).sum().float()
+            out["logit_scale"] = enc.scale.detach()
+        return out
+
+    def encode(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor, image_mask: torch.Tensor,
+               sizes: Sequence[int] | None = None) -> Encoded:
+        """The full and masked copies through the towers' own layers. Cross-attention-only predictors read the
+        masked copies at their masked positions only (query slots): the copies' last blocks run only there;
+        self-attention predictor layers read every position (no slots)."""
+        cfg, clip = self.cfg, self.clip
         scale = clip.logit_scale.exp()
         text_len, text_count, image_count = sizes if sizes is not None else self.step_sizes(texts, text_mask,
                                                                                             image_mask)
         if self.sigmoid:  # a bidirectional text tower: every position of the masked copy depends on every other
             text_len = texts.shape[1]
         tp, ip = self.text_predictor, self.image_predictor
-        # cross-attention-only predictors read the masked copies at their masked positions only (query slots):
-        # the copies' last blocks run only there; self-attention predictor layers read every position (no slots)
         text_slots = image_slots = None
         if cfg.masks_text:
             text_slots = tp.slots(text_mask[:, :text_len], text_count)
@@ -152,6 +180,7 @@ class MaccoTask(nn.Module):
                 text_len = texts.shape[1]
         if cfg.masks_image:
             image_slots = ip.slots(image_mask, image_count)
+        tm_tok = tm_glob = im_glob = im_tok = None
         if cfg.masks_text:
             (t_tok, t_glob), (tm_tok, tm_glob) = encode_text_pair(clip, texts, text_mask, self.text_mask_token,
                                                                   text_len, text_slots and text_slots[0])
@@ -166,52 +195,62 @@ class MaccoTask(nn.Module):
                                                                    self.img_mask_token, image_slots and image_slots[0])
         else:
             i_glob, i_tok = encode_image_tokens(clip.visual, images)
-        I, T = F.normalize(i_glob, dim=-1), F.normalize(t_glob, dim=-1)
-        I, T = self._gather(I, T)
+        return Encoded(scale, text_len, text_count, image_count, text_slots, image_slots, t_tok, t_glob, tm_tok,
+                       tm_glob, i_glob, i_tok, im_glob, im_tok)
+
+    def contrastive_terms(self, enc: Encoded, hard_texts: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """MCA (the full pairs, with MCA the masked globals as extra negatives, with hardneg the swapped
+        captions) and MIR (masked vs full per masked modality), in the task's contrastive form."""
+        cfg, obj, scale = self.cfg, self.objective, enc.scale
+        I, T = obj.gather(F.normalize(enc.i_glob, dim=-1), F.normalize(enc.t_glob, dim=-1))
         imgs, txts = [I], [T]
-        out: dict[str, torch.Tensor] = {}
-        intra = []  # MIR per masked modality
+        intra = []  # MIR per masked modality, each computed where its masked globals are made
         if cfg.masks_text or cfg.masks_image:
-            I_m = F.normalize(im_glob, dim=-1) if cfg.masks_image else None
-            T_m = F.normalize(tm_glob, dim=-1) if cfg.masks_text else None
+            I_m = F.normalize(enc.im_glob, dim=-1) if cfg.masks_image else None
+            T_m = F.normalize(enc.tm_glob, dim=-1) if cfg.masks_text else None
             if I_m is not None:
-                I_m, = self._gather(I_m)
+                I_m, = obj.gather(I_m)
             if T_m is not None:
-                T_m, = self._gather(T_m)
+                T_m, = obj.gather(T_m)
             if T_m is not None:
                 if cfg.mca:
                     txts.append(T_m)
                 if cfg.mir:
-                    intra.append(self._intra(T, T_m, scale))
+                    intra.append(obj.intra(T, T_m, scale))
             if I_m is not None:
                 if cfg.mca:
                     imgs.append(I_m)
                 if cfg.mir:
-                    intra.append(self._intra(I, I_m, scale))
+                    intra.append(obj.intra(I, I_m, scale))
         hard = None
         if cfg.hardneg and hard_texts is not None:
-            hard, = self._gather(F.normalize(clip.encode_text(hard_texts), dim=-1))
-        out["contrast_loss"] = sigmoid_contrast_loss(imgs, txts, scale, clip.logit_bias, hard) if self.sigmoid \
-            else contrast_loss(imgs, txts, scale, hard)
+            hard, = obj.gather(F.normalize(self.clip.encode_text(hard_texts), dim=-1))
+        out = {"contrast_loss": obj.contrast(imgs, txts, scale, hard)}
         if intra:
             out["intra_modal_contrast_loss"] = intra_modal_contrast_loss(intra)
+        return out
+
+    def reconstruction_terms(self, enc: Encoded, images: torch.Tensor, texts: torch.Tensor,
+                             text_mask: torch.Tensor, image_mask: torch.Tensor, stats: bool = True
+                             ) -> dict[str, torch.Tensor]:
+        """The masked words from the masked text copy and the *detached* full image; the masked patches' pixels
+        from the *detached* masked image copy and the full text (the reference's stop-gradient map)."""
+        cfg, tp, ip, out = self.cfg, self.text_predictor, self.image_predictor, {}
         if cfg.masks_text:
-            text_positions = text_mask[:, :text_len]
-            h = tp.predict(tm_tok, tm_glob, i_tok.detach(), i_glob.detach(), text_positions, text_count, text_slots)
+            text_positions = text_mask[:, :enc.text_len]
+            h = tp.predict(enc.tm_tok, enc.tm_glob, enc.i_tok.detach(), enc.i_glob.detach(), text_positions,
+                           enc.text_count, enc.text_slots)
             targets = texts[text_mask]
             out["text_reconstruction_loss"] = text_reconstruction_loss(h, tp.head, targets, text_mask.nonzero()[:, 0],
-                                                                       B, self.samples_per_rank(text_mask))
+                                                                       texts.shape[0],
+                                                                       self.samples_per_rank(text_mask))
             if stats:
                 with torch.no_grad():
                     out["masked_word_acc"] = (tp.head(h).argmax(-1) == targets).float().mean() if len(targets) \
                         else h.new_zeros(())
         if cfg.masks_image:
-            rows = ip.predict(im_tok.detach(), im_glob.detach(), t_tok, t_glob, image_mask, image_count, image_slots)
+            rows = ip.predict(enc.im_tok.detach(), enc.im_glob.detach(), enc.t_tok, enc.t_glob, image_mask,
+                              enc.image_count, enc.image_slots)
             out["image_reconstruction_loss"] = image_reconstruction_loss(rows, images, image_mask, self.patch_size,
                                                                          self.samples_per_rank(image_mask))
-        out["total_loss"] = total_loss(out, cfg.weights)
-        with torch.no_grad():
-            out["empty_text_masks"] = (~text_mask.any(dim=1)).sum().float()
-            out["empty_image_masks"] = (~image_mask.any(dim=1)).sum().float()
-            out["logit_scale"] = scale.detach()
         return out
