@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from data_schemas import TABLES, is_complete, read_table
+from data_schemas import is_complete
 from data_schemas.config import from_dict
+from flows.catalog import Catalog
 from pipeline.stages import tree_hash
 
 STAGE_FILE = "stage.json"
@@ -27,16 +28,17 @@ FILE_LIST = "files.json"  # a stage's many files and their sizes (the world), ch
 
 @dataclass(frozen=True)
 class Stage:
-    """One step of the DAG. ``run(inputs, cfg, out, key)`` does the work under ``out`` and returns the manifest's
-    fields (``content_hash`` among them); a mapped stage also has ``shards(inputs, cfg)`` (how many) and
-    ``run_shard(inputs, cfg, out, key, shard)``, each shard a task of its own, before ``run`` publishes."""
+    """One step of the DAG. ``run(cat, cfg, out, key)`` does the work under ``out`` from the tables of its inputs
+    (``cat``: a ``flows.catalog.Catalog`` of their manifests) and returns the manifest's fields (``content_hash``
+    among them); a mapped stage also has ``shards(cat, cfg)`` (how many) and ``run_shard(cat, cfg, out, key,
+    shard)``, each shard a task of its own, before ``run`` publishes."""
     name: str
-    inputs: tuple[str, ...]  # the upstream manifests it reads, by stage name ("source": the data's fingerprint)
+    inputs: tuple[str, ...]  # the upstream stages it reads, by name ("source": the data's fingerprint)
     section: str  # the flow config section that configures it
     code: Callable[[dict], tuple[str, ...]]  # section -> the modules whose source is its code version
-    run: Callable[[dict, dict, Path, str], dict]
-    shards: Callable[[dict, dict], int] | None = None
-    run_shard: Callable[[dict, dict, Path, str, int], None] | None = None
+    run: Callable[[Catalog, dict, Path, str], dict]  # (its inputs' catalog, section, output dir, key)
+    shards: Callable[[Catalog, dict], int] | None = None
+    run_shard: Callable[[Catalog, dict, Path, str, int], None] | None = None
     extra_key: Callable[[dict], list] | None = None  # section -> more key parts (e.g. weights' sha256)
     when: Callable[[dict], bool] | None = None  # section -> whether the stage runs at all (None: always)
 
@@ -120,12 +122,8 @@ def _logger():
     return get_run_logger()
 
 
-def _rows(manifest: dict, table: str) -> list[dict]:
-    return read_table(TABLES[table], manifest["tables"][table]["dir"]).to_pylist()
-
-
 # ---- world (the embedded default's data) ------------------------------------------------------------------
-def _world(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
+def _world(cat: Catalog, cfg: dict, out: Path, key: str) -> dict:
     from pipeline.world import WorldConfig, generate_world
 
     tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex}")  # a killed run leaves no half world at out
@@ -144,12 +142,12 @@ def _world(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
 
 
 # ---- captions ---------------------------------------------------------------------------------------------
-def _captions(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
+def _captions(cat: Catalog, cfg: dict, out: Path, key: str) -> dict:
     """The captions table of the data section (the world's root when the data is the synthetic world); the
     manifest's ``root`` is the image root every later stage reads."""
     from pipeline.stages import CaptionsConfig, captions_image_root, captions_stage
 
-    data = {**cfg, "root": cfg["root"] or inputs["source"]["dir"]} if cfg["source"] == "coco" else cfg
+    data = {**cfg, "root": cfg["root"] or cat.get("source", "dir")} if cfg["source"] == "coco" else cfg
     c = from_dict(CaptionsConfig, data, "data")
     out.mkdir(parents=True, exist_ok=True)
     m = captions_stage(c, out)
@@ -161,7 +159,7 @@ def _captions(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
 
 
 # ---- tokenizer (a SigLIP model folder from the training captions; only with tokenizer.arch) ----------------
-def _tokenizer(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
+def _tokenizer(cat: Catalog, cfg: dict, out: Path, key: str) -> dict:
     from model import CONFIG_DIR
     from pipeline.siglip_folder import TokenizerConfig, build_siglip_folder
 
@@ -170,7 +168,7 @@ def _tokenizer(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
     if not arch_file.is_file():
         raise ValueError(f"tokenizer.arch {t.arch!r}: not one of the repo's architectures "
                          f"({sorted(p.stem for p in CONFIG_DIR.glob('*.json'))})")
-    train = [r["caption"] for r in _rows(inputs["captions"], "captions") if r["split"] == "train"]
+    train = [r["caption"] for r in cat.rows("captions") if r["split"] == "train"]
     folder = build_siglip_folder(train, out / "model", json.loads(arch_file.read_text()), t.context_length,
                                  t.vocab_size, t.clean)
     _logger().info("tokenizer: %s from %d training captions", folder, len(train))
@@ -187,72 +185,68 @@ def _arch_json(section: dict) -> list:
 
 
 # ---- parse (mapped over shards of captions) ---------------------------------------------------------------
-def _parse_stage(inputs: dict, cfg: dict, out: Path, **kw) -> dict:
+def _parse_stage(cat: Catalog, cfg: dict, out: Path, **kw) -> dict:
     from pipeline.stages import ParseConfig, parse_stage
 
-    captions = inputs["captions"]
     pcfg = from_dict(ParseConfig, cfg, "parse")
-    official = _rows(captions, "official") if pcfg.parser == "official" else None
-    return parse_stage(pcfg, _rows(captions, "captions"), out, reuse=True,
-                       inputs=captions["content_hash"], official=official, **kw)
+    official = cat.rows("official") if pcfg.parser == "official" else None
+    return parse_stage(pcfg, cat.rows("captions"), out, reuse=True, inputs=cat.hash("captions"), official=official,
+                       **kw)
 
 
-def _parse_shard(inputs: dict, cfg: dict, out: Path, key: str, shard: int) -> None:
-    _parse_stage(inputs, cfg, out, only=[shard], finalize=False)
+def _parse_shard(cat: Catalog, cfg: dict, out: Path, key: str, shard: int) -> None:
+    _parse_stage(cat, cfg, out, only=[shard], finalize=False)
 
 
-def _parse(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
-    m = _parse_stage(inputs, cfg, out, only=[])
+def _parse(cat: Catalog, cfg: dict, out: Path, key: str) -> dict:
+    m = _parse_stage(cat, cfg, out, only=[])
     _logger().info("parse: %s", {n: v["rows"] for n, v in m.items()})
     return {"tables": tables_of(m, out),
             "content_hash": m["scene_graphs"]["content_hash"] + m["token_masks"]["content_hash"]}
 
 
-def _parse_shards(inputs: dict, cfg: dict) -> int:
+def _parse_shards(cat: Catalog, cfg: dict) -> int:
     from pipeline.stages import n_shards_for
 
-    return n_shards_for(inputs["captions"]["tables"]["captions"]["rows"], cfg["shard_size"])
+    return n_shards_for(cat.count("captions"), cfg["shard_size"])
 
 
 # ---- ground (mapped over shards of images) ----------------------------------------------------------------
-def _ground_stage(inputs: dict, cfg: dict, out: Path, key: str, **kw) -> dict:
+def _ground_stage(cat: Catalog, cfg: dict, out: Path, key: str, **kw) -> dict:
     from pipeline.grounding.base import GroundingConfig
     from pipeline.stages import ground_stage, read_instances
 
-    captions = inputs["captions"]
-    caps, sg = _rows(captions, "captions"), _rows(inputs["parse"], "scene_graphs")
+    caps, sg = cat.rows("captions"), cat.rows("scene_graphs")
     gcfg = from_dict(GroundingConfig, cfg, "ground")
     instances = None
     if gcfg.backend == "annotations":
-        if captions.get("source", "coco") != "coco":
+        source = cat.get("captions", "source", "coco")
+        if source != "coco":
             raise ValueError(f"ground.backend 'annotations' reads COCO instances files: it works with data.source "
-                             f"coco only (this run: {captions['source']!r}); use backend groundingdino or hf")
-        instances = read_instances(captions["root"], sorted({c["split"] for c in caps}))
-    official = _rows(captions, "official") if gcfg.backend == "official" else None
+                             f"coco only (this run: {source!r}); use backend groundingdino or hf")
+        instances = read_instances(cat.root, sorted({c["split"] for c in caps}))
+    official = cat.rows("official") if gcfg.backend == "official" else None
     # the key covers the captions, the scene graphs, the images and instances (source) and the weights
-    return ground_stage(gcfg, caps, sg, captions["root"], out, instances=instances, official=official, reuse=True,
+    return ground_stage(gcfg, caps, sg, cat.root, out, instances=instances, official=official, reuse=True,
                         inputs=key, **kw)
 
 
-def _ground_shard(inputs: dict, cfg: dict, out: Path, key: str, shard: int) -> None:
-    _ground_stage(inputs, cfg, out, key, only=[shard], finalize=False)
+def _ground_shard(cat: Catalog, cfg: dict, out: Path, key: str, shard: int) -> None:
+    _ground_stage(cat, cfg, out, key, only=[shard], finalize=False)
 
 
-def _ground(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
-    m = _ground_stage(inputs, cfg, out, key, only=[])
+def _ground(cat: Catalog, cfg: dict, out: Path, key: str) -> dict:
+    m = _ground_stage(cat, cfg, out, key, only=[])
     _logger().info("ground: %d regions, %d errors", m["regions"]["rows"], m["errors"]["rows"])
     return {"tables": tables_of(m, out), "content_hash": m["regions"]["content_hash"]}
 
 
-def _ground_shards(inputs: dict, cfg: dict) -> int:
+def _ground_shards(cat: Catalog, cfg: dict) -> int:
     """Shards of the images with at least one parsed caption (what ground_stage grounds)."""
     from pipeline.stages import n_shards_for
 
-    caps = read_table(TABLES["captions"], inputs["captions"]["tables"]["captions"]["dir"], ["caption_id", "image_id"])
-    sg = read_table(TABLES["scene_graphs"], inputs["parse"]["tables"]["scene_graphs"]["dir"], ["caption_id"])
-    parsed = set(sg.column("caption_id").to_pylist())
-    images = {i for c, i in zip(caps.column("caption_id").to_pylist(), caps.column("image_id").to_pylist())
-              if c in parsed}
+    parsed = {r["caption_id"] for r in cat.rows("scene_graphs", ["caption_id"])}
+    images = {r["image_id"] for r in cat.rows("captions", ["caption_id", "image_id"]) if r["caption_id"] in parsed}
     return n_shards_for(len(images), cfg["shard_size"])
 
 
@@ -265,10 +259,10 @@ def _weights_key(cfg: dict) -> list:
 
 
 # ---- patch masks ------------------------------------------------------------------------------------------
-def _masks(inputs: dict, cfg: dict, out: Path, key: str) -> dict:
+def _masks(cat: Catalog, cfg: dict, out: Path, key: str) -> dict:
     from pipeline.stages import patches_stage
 
-    m = patches_stage(cfg["models"], _rows(inputs["captions"], "captions"), _rows(inputs["ground"], "regions"), out)
+    m = patches_stage(cfg["models"], cat.rows("captions"), cat.rows("regions"), out)
     return {"tables": tables_of(m, out), "content_hash": m["patch_masks"]["content_hash"]}
 
 

@@ -42,19 +42,22 @@ def stage_task(name: str, inputs: dict, cfg: dict, out: str, key: str) -> dict:
     """Stage ``name`` (``flows.dag.BY_NAME``) into ``out``; a finished output is read back, not redone."""
     from flows.dag import BY_NAME
 
+    from flows.catalog import Catalog
+
     out = Path(out)
     if stage_done(out):
         return read_back(out)
-    body = BY_NAME[name].run(inputs, cfg, out, key)
+    body = BY_NAME[name].run(Catalog(inputs), cfg, out, key)
     return write_stage(out, {"stage": name, "key": key, "dir": str(out), **body})
 
 
 @cached_task(name="stage-shard", task_run_name="{name}-shard-{shard}")
 def shard_task(name: str, inputs: dict, cfg: dict, out: str, shard: int, key: str) -> int:
     """One shard of a mapped stage (its Parquet part survives a kill; ``stage_task`` then publishes)."""
+    from flows.catalog import Catalog
     from flows.dag import BY_NAME
 
-    BY_NAME[name].run_shard(inputs, cfg, Path(out), key, shard)
+    BY_NAME[name].run_shard(Catalog(inputs), cfg, Path(out), key, shard)
     return shard
 
 
@@ -75,13 +78,13 @@ def validate_task(tables: dict, params: dict, out: str, key: str) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     report = {"stage": "validate", "key": key, "status": "fail" if failed else "pass", "checks": rows,
               "content_hash": key}
-    (out / "report.json").write_text(json.dumps(report, indent=2))
+    (out / "report.json").write_text(json.dumps(report, indent=2))  # for a person: passed or not
     create_markdown_artifact(key="mask-table-summary", markdown=f"```\n{format_results(results)}\n```")
     get_run_logger().info("validate: %d passed, %d failed, %d skipped", sum(r.status == "pass" for r in results),
                           len(failed), sum(r.status == "skip" for r in results))
     if failed:
         raise ValidationFailed(results)
-    return report
+    return write_stage(out, report)  # only a passing validation is done (stage_done: the gate)
 
 
 # ---- train ------------------------------------------------------------------------------------------------

@@ -340,6 +340,14 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None,
     return summary
 
 
+def code_modules() -> tuple[str, ...]:
+    """The modules whose code a training run's output depends on: this module and everything it imports in the
+    repository (the train stage's code version; a new module is covered without editing a list)."""
+    from data_schemas.provenance import module_closure
+
+    return module_closure(__name__)
+
+
 def note_printer(line: str) -> None:
     """``train``'s notes on stderr (stdout stays for results)."""
     print(line, file=sys.stderr, flush=True)

@@ -9,6 +9,11 @@ from data_schemas._io import MANIFEST, InputFileError, TableError
 from data_schemas.checks import CheckResult, run_checks
 
 
+# the modules whose code the checks are (the validate stage's code version)
+CODE_MODULES = ("data_schemas.checks", *(f"data_schemas.{t}" for t in ("captions", "scene_graphs", "token_masks",
+                                                                      "regions", "patch_masks", "errors")))
+
+
 class ValidationFailed(InputFileError):
     """Mask-table checks failed: the tables are not fit to train on (the gate)."""
 
