@@ -3,6 +3,8 @@ flow's train task): never a side effect of calling ``train()``, so a library cal
 process as it was."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 
@@ -27,10 +29,20 @@ def keep_freed_cpu_memory() -> bool:
 
 
 def apply_process_settings(cpu_keep_freed_memory: bool = True, device: str = "auto") -> None:
-    """glibc keeping freed memory (CPU runs, ``cpu_keep_freed_memory``) and TF32 matmuls (CUDA runs)."""
+    """glibc keeping freed memory (CPU runs, ``cpu_keep_freed_memory``). TF32 is not process-wide: each run sets
+    it for its own duration (``tf32``)."""
     cuda = torch.cuda.is_available() and device != "cpu"
     if not cuda and cpu_keep_freed_memory:
         keep_freed_cpu_memory()
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+
+
+@contextmanager
+def tf32(enabled: bool):
+    """TF32 matmuls and convolutions on CUDA (``TrainConfig.tf32``) while the block runs, the previous setting
+    restored after it: a flow's later tasks in the same worker (evaluation: fp32) do not inherit a run's."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before

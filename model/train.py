@@ -300,6 +300,13 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None,
     module's log) one line saying what the run starts from (``model.weights_note``: a resumed checkpoint, a
     weights file, a random initialisation). Process-wide settings (allocator, TF32) are the launcher's:
     ``model.runtime.apply_process_settings``."""
+    from .runtime import tf32
+
+    with tf32(cfg.tf32 and torch.cuda.is_available() and cfg.device != "cpu"):
+        return _train(cfg, on_log, on_note)
+
+
+def _train(cfg: TrainConfig, on_log, on_note) -> dict:
     from . import weights_note
     from .export import export_clip
 

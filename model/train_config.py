@@ -56,6 +56,7 @@ class TrainConfig:
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     fused_adamw: Literal["auto", "on", "off"] = "auto"  # auto: on CUDA and CPU, where torch has the fused kernel
     compile: bool = False
+    tf32: bool = True  # CUDA: TF32 matmuls / convolutions during the run (restored after it; model.runtime.tf32)
     workers: int = 2
     seed: int = 0
     rect_prob: float = 0.1

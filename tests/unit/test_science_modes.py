@@ -99,3 +99,25 @@ def test_bigram_shift_probe_runs_on_a_tower(world):
     r = bigram_shift_probe(model, tok, caps, ProbeConfig(world=str(world), folds=3))
     assert r["bigram_shift_n"] == len(caps)
     assert 0.0 <= r["bigram_shift_tokens_acc"] <= 1.0 and 0.0 <= r["bigram_shift_eot_acc"] <= 1.0
+
+
+def test_tf32_is_set_for_a_run_and_restored_after_it(world, world_tables, tmp_path, monkeypatch):
+    """#32: TF32 is a knob of the run (train.tf32), set while it trains and restored after it, so a flow's later
+    tasks in the same worker (fp32 evaluation) do not inherit it."""
+    import torch
+
+    from model import train as train_module
+    from model.runtime import tf32
+
+    seen = []
+    monkeypatch.setattr(train_module.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(train_module, "_train", lambda *a: seen.append(torch.backends.cuda.matmul.allow_tf32) or {})
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for knob in (True, False):
+        train_module.train(_cfg(world, world_tables, tmp_path / "r", tf32=knob, device="cpu"))
+        train_module.train(_cfg(world, world_tables, tmp_path / "r", tf32=knob, device="auto"))
+    assert seen == [False, True, False, False] and torch.backends.cuda.matmul.allow_tf32 is False
+    before = torch.backends.cudnn.allow_tf32
+    with tf32(not before):
+        assert torch.backends.cudnn.allow_tf32 is (not before)
+    assert torch.backends.cudnn.allow_tf32 is before
