@@ -1,8 +1,8 @@
 """Table schemas, their DuckDB checks, and the shared Parquet read/write (no torch/spacy/prefect here)."""
 from . import captions, errors, eval_results, official, patch_masks, regions, scene_graphs, token_masks
-from ._io import (Check, InputFileError, ShardedTableWriter, TableError, TableSpec, append_table, apply_umask,
-                  is_complete, load_json, read_manifest, read_table, refuse_unreadable, table_files, table_lock,
-                  verify_table, write_table)
+from ._io import ShardedTableWriter, append_table, apply_umask, table_lock, write_table
+from ._read import is_complete, read_manifest, read_table, refuse_unreadable, table_files, verify_table
+from ._spec import Check, InputFileError, TableError, TableSpec, load_json
 
 TABLES: dict[str, TableSpec] = {m.SPEC.name: m.SPEC for m in (
     captions, scene_graphs, token_masks, regions, patch_masks, errors, eval_results, official)}

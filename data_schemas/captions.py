@@ -1,7 +1,7 @@
 """Table ``captions``: one row per caption (COCO 2014 / Karpathy / synthetic world)."""
 import pyarrow as pa
 
-from ._io import Check, TableSpec
+from ._spec import Check, TableSpec
 
 SCHEMA = pa.schema([
     pa.field("caption_id", pa.int64(), nullable=False),

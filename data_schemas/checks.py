@@ -5,7 +5,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import TABLES
-from ._io import TableError, TableSpec, read_manifest, table_files, verify_table
+from ._read import read_manifest, table_files, verify_table
+from ._spec import TableError, TableSpec
 
 DEFAULT_PARAMS = {
     "eot_token_id": 49407,

@@ -1,7 +1,7 @@
 """Table ``errors``: one row per rejected item (bad caption, unreadable image, phrase with no box...)."""
 import pyarrow as pa
 
-from ._io import Check, TableSpec
+from ._spec import Check, TableSpec
 
 SCHEMA = pa.schema([
     pa.field("stage", pa.string(), nullable=False),

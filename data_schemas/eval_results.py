@@ -12,7 +12,7 @@ read: ``LEGACY_SPEC`` checks its files and ``legacy_select`` maps its rows onto 
 """
 import pyarrow as pa
 
-from ._io import Check, TableSpec
+from ._spec import Check, TableSpec
 
 SCHEMA = pa.schema([
     pa.field("eval_id", pa.string(), nullable=False),  # one per evaluation (a uuid), shared by its rows

@@ -5,7 +5,7 @@ gives them, so the parse stage (``parser: official``) and the ground stage (``ba
 and ``macco agreement`` can compare them with ours."""
 import pyarrow as pa
 
-from ._io import Check, TableSpec
+from ._spec import Check, TableSpec
 
 _WORDS = pa.list_(pa.string())
 

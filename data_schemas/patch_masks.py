@@ -4,7 +4,7 @@
 """
 import pyarrow as pa
 
-from ._io import Check, TableSpec
+from ._spec import Check, TableSpec
 
 SCHEMA = pa.schema([
     pa.field("caption_id", pa.int64(), nullable=False),

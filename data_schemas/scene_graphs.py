@@ -7,7 +7,7 @@ leave it unknown; a head that is given must exist.
 """
 import pyarrow as pa
 
-from ._io import Check, TableSpec
+from ._spec import Check, TableSpec
 
 KINDS = ("object", "attribute", "relation")
 # the spaCy pipeline the scene graphs are parsed with by default (the parse stage, the CLI, the flow and the

@@ -5,7 +5,7 @@ the first word at 0). ``eot_idx`` is the end-of-text position.
 """
 import pyarrow as pa
 
-from ._io import Check, TableSpec
+from ._spec import Check, TableSpec
 
 SCHEMA = pa.schema([
     pa.field("caption_id", pa.int64(), nullable=False),

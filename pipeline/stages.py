@@ -1,102 +1,31 @@
-"""Stage entry points: explicit arguments in, tables written atomically, a manifest dict out.
+"""Stage entry points: explicit arguments in, tables written atomically, a manifest dict out (captions, parse,
+masks here; the ground stage in ``pipeline.grounding.stage``; the shard machinery in ``pipeline.shards``).
 
 Per-item stages run in shards (``shard_size`` items each); every shard is one Parquet part that survives a
 kill, so a resumed stage redoes only the unfinished shards. ``flows/`` wraps these functions as Prefect tasks.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Literal
+from typing import Literal
 
-from data_schemas import TABLES, ShardedTableWriter, is_complete, read_manifest, read_table, write_table
+from data_schemas import TABLES, read_table, write_table
 from data_schemas.config import ConfigError, check_choices, check_ranges
 from data_schemas.errors import error_row
 from data_schemas.geometry import DEFAULT_ARCH
 from data_schemas.provenance import code_version  # noqa: F401 (the stages' code version; flows use it)
 from data_schemas.scene_graphs import SPACY_MODEL
-from pipeline.grounding.plan import plan_queries, regions_from_boxes
+from pipeline.grounding.stage import ground_code_modules, ground_stage, read_instances  # noqa: F401 (API)
+from pipeline.shards import (content_hash, n_shards_for, only_stage, run_sharded,  # noqa: F401 (API)
+                             tree_hash)
 from pipeline.sources import Source
-
 
 # the modules whose code each stage's output depends on: its manifest's code version and the flow's key
 CAPTIONS_CODE = ("pipeline.captions", "pipeline.sources", "pipeline.images", "pipeline.macco_tsv", "pipeline.stages")
 PARSE_CODE = ("pipeline.scene_graph", "pipeline.concepts", "pipeline.sng", "pipeline.tokens", "pipeline.macco_tsv",
-              "pipeline.stages")
+              "pipeline.shards", "pipeline.stages")
 MASKS_CODE = ("pipeline.patches", "data_schemas.geometry", "pipeline.stages")
-
-
-def tree_hash(root: str | Path) -> str:
-    """sha256 over every file under ``root``: its relative path and its bytes, each length-prefixed (no two trees
-    hash alike by moving bytes between a name and a content), in path order."""
-    root = Path(root)
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            for part in (str(p.relative_to(root)).encode(), p.read_bytes()):
-                h.update(len(part).to_bytes(8, "little"))
-                h.update(part)
-    return h.hexdigest()
-
-
-def content_hash(obj) -> str:
-    """sha256 of a JSON-serialisable value (rows, ids), key order independent."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def only_stage(stage: str) -> dict[str, list[str]]:
-    """``write_table``'s ``replaces`` for an ``errors`` table: a stage's write replaces its own rows only, so
-    stages writing into one folder (``macco captions --out T`` then ``macco parse T/captions --out T``) keep
-    each other's rows."""
-    return {"stage": [stage]}
-
-
-def n_shards_for(n_items: int, shard_size: int) -> int:
-    return max(1, -(-n_items // shard_size))
-
-
-def run_sharded(items: list, shard_size: int, out_dirs: dict[str, Path],
-                fn: Callable[[list], dict[str, list[dict]]], *, config: dict, version: str,
-                progress: Callable[[int, int], None] | None = None, only: Iterable[int] | None = None,
-                finalize: bool = True, reuse: bool = False, inputs: str | None = None,
-                replaces: dict[str, dict] | None = None) -> dict[str, dict]:
-    """Run ``fn`` over shards of ``items``; each call returns {table: rows}; finished shards are skipped.
-
-    ``only`` restricts the call to some shards (an orchestrator maps shards over workers); ``finalize=False``
-    leaves the table unpublished (a later call with ``only=[]`` publishes it once every shard exists).
-    With ``reuse`` (content-keyed output directories) complete outputs are returned as they are. Unfinished
-    shards of a killed run are kept only if they were written with the same config, code and inputs:
-    ``inputs`` is a content hash of what ``fn`` reads (default: of ``items`` themselves), so an edited caption
-    with the same count is not an old shard's. ``replaces``: {table: {column: values}} for a table shared with
-    other writers (``errors``: only this stage's rows are replaced, ``write_table``).
-    """
-    if reuse and all(is_complete(d) for d in out_dirs.values()):
-        return {name: read_manifest(d) for name, d in out_dirs.items()}
-    n_shards = n_shards_for(len(items), shard_size)
-    if inputs is None:
-        inputs = content_hash(items)
-    fingerprint = hashlib.sha256(json.dumps([config, version, shard_size, len(items), inputs], sort_keys=True,
-                                            default=str).encode()).hexdigest()
-    writers = {name: ShardedTableWriter(TABLES[name], d, n_shards, fingerprint) for name, d in out_dirs.items()}
-    todo = set(range(n_shards)) if only is None else set(only)
-    for i in range(n_shards):
-        if i not in todo or all(w.has_shard(i) for w in writers.values()):
-            if progress:
-                progress(i + 1, n_shards)
-            continue
-        out = fn(items[i * shard_size:(i + 1) * shard_size])
-        for name, w in writers.items():
-            w.write_shard(i, TABLES[name].from_rows(out.get(name, [])))
-        if progress:
-            progress(i + 1, n_shards)
-    if not finalize:
-        return {}
-    extra = {"shards": n_shards, "shard_size": shard_size}
-    return {name: w.finalize(config=config, code_version=version, extra=extra, replaces=(replaces or {}).get(name))
-            for name, w in writers.items()}
-
 
 
 def _load_rows(path: Path, table: str, columns: list[str] | None = None) -> list[dict]:
@@ -293,155 +222,8 @@ def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None
 
 
 # ---- ground ----------------------------------------------------------------------------------------------
-def ground_code_modules(backend: str) -> tuple[str, ...]:
-    """The modules whose code the ground stage's output depends on (its code version; the flow's key too)."""
-    from pipeline.grounding import backend_module
-
-    return ("pipeline.grounding", "pipeline.grounding.base", "pipeline.grounding.plan", backend_module(backend),
-            "pipeline.stages")
 
 
-def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root: str | Path | None,
-                 out: Path, *, grounder=None, instances: dict | None = None, official: list[dict] | None = None,
-                 progress=None, only=None, finalize: bool = True, reuse: bool = False,
-                 inputs: str | None = None) -> dict[str, dict]:
-    """Ground every attribute/relation phrase: ``out/regions`` + ``out/errors`` (sharded by image).
-
-    ``inputs``: a content hash of the captions, scene graphs, instances and images when the caller has one
-    (the flow's stage key), else computed from the rows; unfinished shards are reused only with the same.
-    """
-    from pipeline.grounding import make_grounder
-    from pipeline.grounding.base import GroundItem
-
-    loaded = {"g": grounder}
-    by_caption: dict[int, list[dict]] = {}
-    for r in scene_graphs:
-        by_caption.setdefault(r["caption_id"], []).append(r)
-    images: dict[int, dict] = {}
-    for c in captions:
-        if c["caption_id"] in by_caption:
-            images.setdefault(c["image_id"], {"row": c, "captions": []})["captions"].append(c)
-    image_ids = sorted(images)
-
-    if cfg.backend == "official" and official is None:
-        raise ConfigError("ground.backend 'official' reads the official table of a macco-tsv source "
-                          "(data.source: macco-tsv / macco captions --source macco-tsv)")
-    by_official = {r["caption_id"]: r for r in official or []}
-
-    def shard(ids: list[int]) -> dict[str, list[dict]]:
-        if cfg.backend == "official":  # the file's phrase boxes: no model, no image read
-            from pipeline.grounding.official import official_regions
-
-            regions, errors = [], []
-            for iid in ids:
-                r, e = official_regions(images[iid]["row"], images[iid]["captions"], by_caption, by_official)
-                regions, errors = regions + r, errors + e
-            return {"regions": regions, "errors": errors}
-        if loaded["g"] is None:  # the model loads once per call, and only if a shard needs work
-            loaded["g"] = make_grounder(cfg, instances)
-        grounder = loaded["g"]
-        regions, errors, items, plans = [], [], [], []
-        for iid in ids:
-            row = images[iid]["row"]
-            per_caption, phrases = plan_queries(images[iid]["captions"], by_caption)
-            if not phrases:
-                continue
-            image = None
-            if image_root is not None:  # the image as displayed must be the size the annotation says
-                image, problem = _open_checked(Path(image_root) / row["file_name"], row, grounder.needs_images)
-                if problem is not None:
-                    errors.append(error_row("ground", f"image:{iid}", *problem))
-                    continue
-            elif grounder.needs_images:
-                raise ValueError(f"the {grounder.name} grounding backend reads images: pass the image root")
-            items.append(GroundItem(iid, row["width"], row["height"], list(phrases), image))
-            plans.append((row, per_caption, phrases))
-        for (row, per_caption, phrases), boxes in zip(plans, _ground_each(grounder, items, errors)):
-            if boxes is not None:  # None: this image failed in the grounder, an error row already says why
-                r, e = regions_from_boxes(row, per_caption, phrases, boxes, by_caption, grounder.name)
-                regions += r
-                errors += e
-        return {"regions": regions, "errors": errors}
-
-    conf = {k: v for k, v in asdict(cfg).items() if k not in ("device", "batch_size", "shard_size")}
-    ver = code_version(*ground_code_modules(cfg.backend))
-    if inputs is None:
-        inputs = content_hash([[images[i]["captions"] for i in image_ids], scene_graphs,
-                               sorted((instances or {}).items()), sorted(by_official.items())])
-    return run_sharded(image_ids, cfg.shard_size, {"regions": out / "regions", "errors": out / "errors"}, shard,
-                       config=conf, version=ver, progress=progress, only=only, finalize=finalize, reuse=reuse,
-                       inputs=inputs, replaces={"errors": only_stage("ground")})
-
-
-def _open_checked(path: Path, row: dict, load: bool):
-    """(the RGB image as displayed if ``load``, None) or (None, (reason, message)) for an unreadable image or
-    one whose displayed size is not the annotation's width x height."""
-    from PIL import Image, ImageOps, UnidentifiedImageError
-
-    from data_schemas.geometry import displayed_size
-
-    try:
-        with Image.open(path) as im:
-            size = displayed_size(im)
-            if size != (row["width"], row["height"]):
-                return None, ("image_size_mismatch", f"{path}: image is {size[0]}x{size[1]} (EXIF orientation "
-                                                     f"applied), the captions table says {row['width']}x"
-                                                     f"{row['height']}")
-            return (ImageOps.exif_transpose(im).convert("RGB") if load else None), None
-    except (OSError, UnidentifiedImageError, ValueError) as exc:
-        return None, ("unreadable_image", f"{path}: {exc}")
-
-
-def _ground_each(grounder, items: list, errors: list) -> list:
-    """The grounder over a shard's items; if the batch fails, item by item, each failure an error row (None in
-    its place). When every item fails, the model is tried on a plain 256 x 256 grey image with the same phrases:
-    if that works the items are bad (error rows: e.g. a lone 1 x 1 image), if it fails too the model is broken
-    and the first failure is raised."""
-    if not items:
-        return []
-    errs = (RuntimeError, ValueError, IndexError, TypeError, OSError)
-    try:
-        return grounder.ground(items)
-    except errs as batch_exc:
-        found, failed = [], []
-        for it in items:
-            try:
-                found.append(grounder.ground([it])[0])
-            except errs as exc:
-                found.append(None)
-                failed.append(error_row("ground", f"image:{it.image_id}", "grounding_failed",
-                                        f"image {it.image_id} ({it.width}x{it.height}): {type(exc).__name__}: {exc}"))
-        if len(failed) == len(items) and not _grounder_works(grounder, items[0]):
-            raise batch_exc
-        errors.extend(failed)
-        return found
-
-
-def _grounder_works(grounder, like) -> bool:
-    """Whether ``grounder`` grounds a plain 256 x 256 grey image with ``like``'s phrases (a model check)."""
-    from PIL import Image
-
-    from pipeline.grounding.base import GroundItem
-
-    probe = GroundItem(-1, 256, 256, list(like.phrases),
-                       Image.new("RGB", (256, 256), (128, 128, 128)) if like.image is not None else None)
-    try:
-        grounder.ground([probe])
-    except (RuntimeError, ValueError, IndexError, TypeError, OSError):
-        return False
-    return True
-
-
-def read_instances(root: str | Path, splits: Iterable[str]) -> dict[int, list[dict]]:
-    from pipeline.captions import read_coco_instances
-
-    out: dict[int, list[dict]] = {}
-    for split in splits:
-        out.update(read_coco_instances(Path(root) / "annotations" / f"instances_{split}2014.json"))
-    return out
-
-
-# ---- patch masks -----------------------------------------------------------------------------------------
 def patches_stage(models: list[str], captions: list[dict], regions: list[dict], out: Path) -> dict[str, dict]:
     """``out/patch_masks``: per phrase and per model grid, the patches of its boxes (evaluation preprocessing);
     ``out/errors`` (stage ``masks``): a box that is not finite, not inside its image with positive area, or of a

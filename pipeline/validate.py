@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 from data_schemas import TABLES
-from data_schemas._io import MANIFEST, InputFileError, TableError
+from data_schemas import InputFileError, TableError
+from data_schemas._spec import MANIFEST
 from data_schemas.checks import CheckResult, run_checks
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.world_scene import COLOURS, KINDS, RELATIONS, Scene, Shape, load_scenes
@@ -16,6 +17,7 @@ from pipeline.world_scene import COLOURS, KINDS, RELATIONS, Scene, Shape, load_s
 WORDS = {"left of": "to the left of", "right of": "to the right of", "above": "above", "below": "below",
          "inside": "inside"}
 SPATIAL = ("left of", "right of", "above", "below")
+OPPOSITE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
 
 
 def _np(scene: Scene, k: int, article: str = "the") -> str:
@@ -48,20 +50,41 @@ def _dump(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=1))
 
 
+@dataclass
+class _WorldSets:
+    """What every benchmark writer reads: the world, its test scenes and their files, the image size, the seeded
+    generator (drawn from in the writers' order, so the sets are a function of the seed) and the case counts."""
+    world: Path
+    scenes: list
+    files: dict
+    size: int
+    rng: random.Random
+    counts: dict = field(default_factory=dict)
+
+
 def write_benchmarks(world: str | Path, out: str | Path | None = None, seed: int = 0) -> dict:
     """Write ``<out>/{aro,sugarcrepe,vl-checklist,valse,whatsup}`` (default ``<world>/benchmarks``)."""
     world = Path(world)
     out = Path(out) if out else world / "benchmarks"
-    rng = random.Random(seed)
-    scenes = load_scenes(world, "test")
     meta = json.loads((world / "scenes_test.json").read_text())
-    files = {m["image_id"]: m["file_name"] for m in meta}
-    size = json.loads((world / "world.json").read_text())["config"]["size"]
-    counts: dict[str, int] = {}
+    w = _WorldSets(world, load_scenes(world, "test"), {m["image_id"]: m["file_name"] for m in meta},
+                   json.loads((world / "world.json").read_text())["config"]["size"], random.Random(seed))
+    _aro(w, out / "aro")
+    _sugarcrepe(w, out / "sugarcrepe")
+    _vlchecklist(w, out / "vl-checklist")
+    _valse(w, out / "valse")
+    _whatsup(w, out / "whatsup")
+    counts = w.counts
+    rel = {"aro-vgr": "aro", "aro-vga": "aro", "coco-order": "aro", "sugarcrepe": "sugarcrepe",
+           "vl-checklist": "vl-checklist", "valse": "valse", "whatsup": "whatsup"}
+    _dump(out / "benchmarks.json", {"roots": rel, "counts": counts, "seed": seed})  # roots relative to this file
+    return {"roots": {k: str(out / v) for k, v in rel.items()}, "counts": counts}
 
-    # ---- ARO: VG-Relation / VG-Attribution (+ images/), COCO-Order from a Karpathy-style test json --------
-    aro = out / "aro"
-    _copy_images(world, scenes, files, aro / "images")
+
+def _aro(w: _WorldSets, out: Path) -> None:
+    """ARO: VG-Relation / VG-Attribution (+ images/), COCO-Order from a Karpathy-style test json."""
+    world, scenes, files, size, counts = w.world, w.scenes, w.files, w.size, w.counts
+    _copy_images(world, scenes, files, out / "images")
     vgr, vga = [], []
     for sc in scenes:
         for r in sc.relations:
@@ -82,20 +105,22 @@ def write_benchmarks(world: str | Path, out: str | Path | None = None, seed: int
                             "bbox_w": w, "bbox_h": h, "attributes": [a.colour, b.colour],
                             "true_caption": f"the {a.colour} {a.kind} and the {b.colour} {b.kind}",
                             "false_caption": f"the {b.colour} {a.kind} and the {a.colour} {b.kind}"})
-    _dump(aro / "visual_genome_relation.json", vgr)
-    _dump(aro / "visual_genome_attribution.json", vga)
+    _dump(out / "visual_genome_relation.json", vgr)
+    _dump(out / "visual_genome_attribution.json", vga)
     caps = json.loads((world / "annotations" / "captions_test2014.json").read_text())["annotations"]
     by_img: dict[int, list[str]] = {}
     for c in caps:
         by_img.setdefault(c["image_id"], []).append(c["caption"])
-    _dump(aro / "coco_karpathy_test.json",
+    _dump(out / "coco_karpathy_test.json",
           [{"image": f"images/{files[sc.image_id]}", "caption": by_img[sc.image_id], "image_id": sc.image_id}
            for sc in scenes])
     counts.update({"aro-vgr": len(vgr), "aro-vga": len(vga), "coco-order": len(caps)})
 
-    # ---- SugarCrepe: the seven subsets, {id: {filename, caption, negative_caption}} + val2017/ -------------
-    sc_root = out / "sugarcrepe"
-    _copy_images(world, scenes, files, sc_root / "val2017")
+
+def _sugarcrepe(w: _WorldSets, out: Path) -> None:
+    """SugarCrepe: the seven subsets, {id: {filename, caption, negative_caption}} + val2017/."""
+    world, scenes, files, counts, rng = w.world, w.scenes, w.files, w.counts, w.rng
+    _copy_images(world, scenes, files, out / "val2017")
     subsets: dict[str, dict] = {k: {} for k in ("add_att", "replace_att", "swap_att", "replace_rel", "add_obj",
                                                  "replace_obj", "swap_obj")}
 
@@ -128,12 +153,14 @@ def write_benchmarks(world: str | Path, out: str | Path | None = None, seed: int
         if a.kind != b.kind and not _has(sc, a.colour, b.kind) and not _has(sc, b.colour, a.kind):
             add("swap_obj", sc, pos, f"a {a.colour} {b.kind} {rel} a {b.colour} {a.kind}")
     for k, v in subsets.items():
-        _dump(sc_root / f"{k}.json", v)
+        _dump(out / f"{k}.json", v)
         counts[f"sugarcrepe/{k}"] = len(v)
 
-    # ---- VL-CheckList: data/ + corpus/ as released, images under vg/ --------------------------------------
-    vlc = out / "vl-checklist"
-    _copy_images(world, scenes, files, vlc / "vg")
+
+def _vlchecklist(w: _WorldSets, out: Path) -> None:
+    """VL-CheckList: data/ + corpus/ as released, images under vg/."""
+    world, scenes, files, counts, rng = w.world, w.scenes, w.files, w.counts, w.rng
+    _copy_images(world, scenes, files, out / "vg")
     colour_recs, size_recs, spatial_recs, obj_recs = [], [], [], []
     for sc in scenes:
         for k, s in enumerate(sc.shapes):
@@ -159,15 +186,17 @@ def write_benchmarks(world: str | Path, out: str | Path | None = None, seed: int
     files_vlc = {"Attribute/vg/color": colour_recs, "Attribute/vg/size": size_recs,
                  "Relation/vg/spatial": spatial_recs, "Object/Location/vg_obj_location/vg_obj_center": obj_recs}
     for rel, recs in files_vlc.items():
-        _dump(vlc / "data" / f"{rel}.json", recs)
-        (vlc / "corpus" / "v1" / f"{rel}.yaml").parent.mkdir(parents=True, exist_ok=True)
-        (vlc / "corpus" / "v1" / f"{rel}.yaml").write_text(
+        _dump(out / "data" / f"{rel}.json", recs)
+        (out / "corpus" / "v1" / f"{rel}.yaml").parent.mkdir(parents=True, exist_ok=True)
+        (out / "corpus" / "v1" / f"{rel}.yaml").write_text(
             f"ANNO_PATH: data/{rel}.json\nIMG_ROOT: vg/\nTYPE: TUPLE_JSON\n")
         counts[f"vl-checklist/{rel}"] = len(recs)
 
-    # ---- VALSE: data/<piece>.json as released (dict by id), images/<dataset>/ ------------------------------
-    va = out / "valse"
-    _copy_images(world, scenes, files, va / "images" / "world")
+
+def _valse(w: _WorldSets, out: Path) -> None:
+    """VALSE: data/<piece>.json as released (dict by id), images/<dataset>/."""
+    world, scenes, files, counts, rng = w.world, w.scenes, w.files, w.counts, w.rng
+    _copy_images(world, scenes, files, out / "images" / "world")
     pieces: dict[str, dict] = {"relations": {}, "counting-hard": {}, "existence": {}}
 
     def valse(piece: str, sc: Scene, cap: str, foil: str) -> None:
@@ -181,7 +210,7 @@ def write_benchmarks(world: str | Path, out: str | Path | None = None, seed: int
         r = rng.choice(sc.relations)
         if r.relation in SPATIAL:
             valse("relations", sc, f"{_np(sc, r.subject, 'a')} is {WORDS[r.relation]} {_np(sc, r.object, 'a')}.",
-                  f"{_np(sc, r.subject, 'a')} is {WORDS[{'left of': 'right of', 'right of': 'left of', 'above': 'below', 'below': 'above'}[r.relation]]} {_np(sc, r.object, 'a')}.")
+                  f"{_np(sc, r.subject, 'a')} is {WORDS[OPPOSITE[r.relation]]} {_np(sc, r.object, 'a')}.")
         n = len(sc.shapes)
         words = {2: "two", 3: "three"}
         valse("counting-hard", sc, f"There are {words[n]} shapes.", f"There are {words[5 - n]} shapes.")
@@ -190,12 +219,14 @@ def write_benchmarks(world: str | Path, out: str | Path | None = None, seed: int
             k = rng.choice(absent)
             valse("existence", sc, f"There is no {k}.", f"There is a {k}.")
     for k, v in pieces.items():
-        _dump(va / "data" / f"{k}.json", v)
+        _dump(out / "data" / f"{k}.json", v)
         counts[f"valse/{k}"] = len(v)
 
-    # ---- What's Up, Controlled: {image_path: "data/...", caption_options: [true, 3 wrong]} ----------------
-    wu = out / "whatsup"
-    _copy_images(world, scenes, files, wu / "controlled_images")
+
+def _whatsup(w: _WorldSets, out: Path) -> None:
+    """What's Up, Controlled: {image_path: "data/...", caption_options: [true, 3 wrong]}."""
+    world, scenes, files, counts, rng = w.world, w.scenes, w.files, w.counts, w.rng
+    _copy_images(world, scenes, files, out / "controlled_images")
     ctrl = []
     for sc in scenes:
         spatial = [r for r in sc.relations if r.relation in SPATIAL]
@@ -207,12 +238,8 @@ def write_benchmarks(world: str | Path, out: str | Path | None = None, seed: int
         ctrl.append({"image_path": f"data/controlled_images/{files[sc.image_id]}",
                      "caption_options": [f"A {subj.colour} {subj.kind} {WORDS[x]} a {obj.colour} {obj.kind}"
                                          for x in opts]})
-    _dump(wu / "controlled_images_dataset.json", ctrl)
+    _dump(out / "controlled_images_dataset.json", ctrl)
     counts["whatsup/controlled_a"] = len(ctrl)
-    rel = {"aro-vgr": "aro", "aro-vga": "aro", "coco-order": "aro", "sugarcrepe": "sugarcrepe",
-           "vl-checklist": "vl-checklist", "valse": "valse", "whatsup": "whatsup"}
-    _dump(out / "benchmarks.json", {"roots": rel, "counts": counts, "seed": seed})  # roots relative to this file
-    return {"roots": {k: str(out / v) for k, v in rel.items()}, "counts": counts}
 
 
 def benchmark_roots(world: str | Path) -> dict[str, str]:

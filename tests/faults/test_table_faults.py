@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from data_schemas import TABLES, TableError, is_complete, read_table, write_table
-from data_schemas import _io
+from data_schemas import _read
 
 
 def error_rows(n: int, message: str = "m") -> list[dict]:
@@ -57,13 +57,13 @@ def test_missing_part_is_not_complete(table):
 
 def test_unchanged_table_is_not_rehashed_and_a_touched_one_once(table, monkeypatch):
     calls = []
-    orig = _io._sha256_files
+    orig = _read._sha256_files
 
     def counting(paths):
         calls.append(1)
         return orig(paths)
 
-    monkeypatch.setattr(_io, "_sha256_files", counting)
+    monkeypatch.setattr(_read, "_sha256_files", counting)
     assert is_complete(table) and read_table(TABLES["errors"], table).num_rows == 6
     assert calls == []  # the parts are as the writer hashed them (size, mtime in the manifest)
     for p in table.glob("part-*.parquet"):  # e.g. copied without keeping mtimes: hashed once, then cached

@@ -1,0 +1,156 @@
+"""Evaluation results as the report reads them: its rows (``GROUPS``, ``CHANCE``), the results files
+(``load_results``, their shape checked: ``check_results_shape``), and the model x group table (``collect``)."""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+# (benchmark, group key, label) rows of the report, in the order of the paper's tables
+GROUPS = [
+    ("aro-vgr", "macro", "ARO VG-Relation (macro)"),
+    ("aro-vga", "macro", "ARO VG-Attribution (macro)"),
+    ("coco-order", "precision_at_1", "ARO COCO-Order (P@1)"),
+    ("sugarcrepe", "attribute", "SugarCrepe attribute"),
+    ("sugarcrepe", "relation", "SugarCrepe relation"),
+    ("sugarcrepe", "object", "SugarCrepe object"),
+    ("vl-checklist", "attribute", "VL-CheckList attribute"),
+    ("vl-checklist", "relation", "VL-CheckList relation"),
+    ("vl-checklist", "object", "VL-CheckList object"),
+    ("valse", "avg", "VALSE avg"),
+    ("whatsup", "whatsup_macro", "What's Up controlled"),
+]
+
+
+# chance accuracy of each row: two options (true vs one negative) except COCO-Order (1 of 5) and What's Up (1 of 4)
+CHANCE = {name: 0.5 for _, _, name in GROUPS} | {"ARO COCO-Order (P@1)": 0.2, "What's Up controlled": 0.25}
+
+
+def _n(bench: dict, key: str) -> int:
+    """The cases the group pools (from the per-case string), else every case of the benchmark."""
+    cases = bench.get("cases", {}).get(key)
+    if cases is not None:
+        return len(cases) - cases.count("x")
+    return sum(v.get("n", 0) for v in bench["subsets"].values())
+
+
+def collect(results: dict[str, list[dict]]) -> dict:
+    """{model label: [eval json per seed]} -> {label: {row label: (mean, spread, n_seeds, n_cases)}}."""
+    table: dict[str, dict] = {}
+    for label, runs in results.items():
+        rows = {}
+        for bench, key, name in GROUPS:
+            vals = [r["benchmarks"][bench]["groups"].get(key) for r in runs if bench in r["benchmarks"]]
+            vals = [v for v in vals if v is not None]
+            if not vals:
+                continue
+            n = _n(next(r for r in runs if bench in r["benchmarks"])["benchmarks"][bench], key)
+            spread = statistics.stdev(vals) if len(vals) > 1 else 0.0
+            rows[name] = (statistics.mean(vals), spread, len(vals), n)
+        table[label] = rows
+    return table
+
+
+def _seed(run: dict, index: int) -> int:
+    """A run's seed from its label (``name-s<seed>``, as the flow names runs), else its position."""
+    import re
+
+    m = re.search(r"-s(\d+)$", run.get("label", ""))
+    return int(m.group(1)) if m else index
+
+
+def _number(v) -> bool:
+    import math
+
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_results_shape(benches: dict, path: Path) -> None:
+    """Raise ``ValueError`` naming the file and the key for anything the report would read that is not what
+    ``macco eval`` writes: groups a mapping of finite numbers (or null), subsets a mapping of subsets with an
+    integer ``n`` >= 0 and a finite (or null) accuracy, per-case strings of 1/0/x."""
+    for name, b in benches.items():
+        where = f"{path}: benchmarks.{name}"
+        if not isinstance(b["groups"], dict):
+            raise ValueError(f"{where}.groups: a mapping of group -> accuracy expected, got "
+                             f"{type(b['groups']).__name__} {str(b['groups'])[:60]!r}")
+        for bench, key, _ in GROUPS:
+            v = b["groups"].get(key) if bench == name else None
+            if v is not None and not _number(v):
+                raise ValueError(f"{where}.groups.{key}: {v!r} is not a finite number")
+        subsets = b.get("subsets", {})
+        if not isinstance(subsets, dict) or not all(isinstance(v, dict) for v in subsets.values()):
+            raise ValueError(f"{where}.subsets: a mapping of subset -> {{n, correct, accuracy}} expected")
+        for sub, v in subsets.items():
+            n = v.get("n", 0)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"{where}.subsets.{sub}.n: {n!r} is not a count")
+            acc = v.get("accuracy")
+            if acc is not None and not _number(acc):
+                raise ValueError(f"{where}.subsets.{sub}.accuracy: {acc!r} is not a finite number")
+        cases = b.get("cases", {})
+        if not isinstance(cases, dict) or not all(isinstance(c, str) and set(c) <= set("01x")
+                                                  for c in cases.values()):
+            raise ValueError(f"{where}.cases: a mapping of group -> a string of 1/0/x per case expected")
+
+
+def _missing_images(results: dict[str, list[dict]]) -> dict[str, dict[str, int]]:
+    """{benchmark: {model: cases without an image}} of the runs scored with ``allow_missing``."""
+    out: dict[str, dict[str, int]] = {}
+    for label, runs in results.items():
+        for r in runs:
+            for b, res in r["benchmarks"].items():
+                k = sum(v.get("missing_images", 0) for v in res.get("subsets", {}).values())
+                if k:
+                    out.setdefault(b, {})[label] = out.get(b, {}).get(label, 0) + k
+    return out
+
+
+def _dropped_groups(results: dict[str, list[dict]]) -> dict[str, list[str]]:
+    """{report row: the models whose results hold its benchmark but no value for the group} — e.g. an ARO
+    VG-Attribution macro with every group under ``vga_min_count`` cases, or a file with no scorable case: named
+    in the report instead of left out silently."""
+    out: dict[str, list[str]] = {}
+    for bench, key, name in GROUPS:
+        for label, runs in results.items():
+            if any(bench in r["benchmarks"] and r["benchmarks"][bench]["groups"].get(key) is None for r in runs):
+                out.setdefault(name, []).append(label)
+    return out
+
+
+def load_results(specs: list[str]) -> dict[str, list[dict]]:
+    """``LABEL=PATH`` specs -> {label: [evaluation json per seed]} for ``write_report``. PATH is a results.json
+    (``macco eval --out``, the evaluate stage) or the evaluate stage directory holding one; a label given more
+    than once is several seeds of one model, each seed read from the run name in its json (``NAME-s<seed>``, as
+    the flow names runs), else its position among the label's files."""
+    results: dict[str, list[dict]] = {}
+    files: dict[str, list[Path]] = {}
+    for spec in specs:
+        label, sep, path = (x.strip() for x in spec.partition("="))
+        if not sep or not label or not path:
+            raise ValueError(f"bad results spec {spec!r}: expected LABEL=PATH (a results.json or an evaluate "
+                             "stage directory)")
+        p = Path(path)
+        if p.is_dir():
+            p = p / "results.json"
+        if not p.is_file():
+            raise FileNotFoundError(f"{label}: no such file {p}")
+        try:
+            run = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{p}: not valid JSON ({exc})") from exc
+        benches = run.get("benchmarks") if isinstance(run, dict) else None
+        if not benches or not isinstance(benches, dict) or \
+                not all(isinstance(b, dict) and "groups" in b for b in benches.values()):
+            raise ValueError(f"{p}: not an evaluation results.json (needs benchmarks.<name>.groups, as macco eval "
+                             "--out writes; a report's results.json is not one)")
+        check_results_shape(benches, p)
+        results.setdefault(label, []).append(run)
+        files.setdefault(label, []).append(p)
+    for label, runs in results.items():
+        seeds = [_seed(r, i) for i, r in enumerate(runs)]
+        twice = [s for s in dict.fromkeys(seeds) if seeds.count(s) > 1]
+        if twice:
+            same = [str(f) for f, s in zip(files[label], seeds) if s == twice[0]]
+            raise ValueError(f"{label}: seed {twice[0]} given more than once ({', '.join(same)})")
+    return results
