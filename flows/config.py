@@ -4,79 +4,150 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from data_schemas.config import ConfigError
+from data_schemas.config import ConfigError, check_ranges
+from data_schemas.geometry import DEFAULT_ARCH
 
 STAGES = ("world", "captions", "tokenizer", "parse", "ground", "masks", "validate", "train", "evaluate", "report")
 
 
-def _defaults() -> dict:
-    """The flow config's defaults. Every stage setting's default is its stage config dataclass's (one source);
-    the flow's own keys (which runs, seeds, shard sizes of the mapped stages, roots) are set here."""
-    from dataclasses import asdict
+# ---- the flow's own sections (what runs, how they are evaluated, where work goes), typed -------------------
+@dataclass
+class TrainPlan:
+    """``train``: the runs. ``base`` is a training section (or a list of them: a chain) run first, the last
+    export initialising every run; ``runs`` maps a name to its overrides of ``common`` (``seeds`` too)."""
+    arch: str = DEFAULT_ARCH
+    base: dict | list | None = None
+    pretrained: str | None = None  # weights file for the runs when there is no base
+    runs: dict = field(default_factory=lambda: {"macco": {"mode": "macco"}})
+    seeds: list[int] = field(default_factory=lambda: [0])
+    common: dict = field(default_factory=dict)  # model.train_config.TrainConfig fields shared by every run
+    torchrun_nproc: int = 1  # > 1: each run under torchrun (DDP)
 
-    from data_schemas.config import defaults
-    from model.train_config import TrainConfig
+    def __post_init__(self):
+        check_ranges(self, "config train", positive=("torchrun_nproc",), non_negative=("seeds",))
+        for where, seeds in [("train.seeds", self.seeds), *((f"train.runs.{n}.seeds", r.get("seeds"))
+                                                            for n, r in self.runs.items() if isinstance(r, dict))]:
+            if seeds is not None and (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
+                                      or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds)):
+                raise ConfigError(f"config {where}: {seeds!r}: a non-empty list of distinct integers >= 0 expected")
+        if not all(isinstance(r, dict) for r in self.runs.values()):
+            raise ConfigError(f"config train.runs: a mapping of run name -> training section, not {self.runs!r}")
+
+
+@dataclass
+class EvaluatePlan:
+    """``evaluate``: which benchmarks (``all`` or names) on which roots (none: the synthetic world's own sets),
+    which models, the probes on the world, the paired tests' control, and ``settings`` (EvalConfig's)."""
+    benchmarks: str | list[str] = "all"
+    roots: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+    models: str | list[str] = "all"
+    probes: bool = True
+    control: str = "clip-ft"
+
+    def __post_init__(self):
+        from model.benchmarks.registry import BENCHMARKS
+
+        for name, value in (("benchmarks", self.benchmarks), ("models", self.models)):
+            if isinstance(value, str) and value != "all":
+                raise ConfigError(f"config evaluate.{name}: {value!r}: 'all' or a list")
+        if self.benchmarks != "all" and not set(self.benchmarks) <= set(BENCHMARKS):
+            raise ConfigError(f"config evaluate.benchmarks: {self.benchmarks!r}: 'all' or a list of "
+                              f"{list(BENCHMARKS)}")
+
+
+@dataclass
+class DaskPlan:
+    """``dask``: preprocessing shards on an existing cluster (``address``) or a local one of ``local_workers``."""
+    address: str | None = None
+    local_workers: int = 0
+
+    def __post_init__(self):
+        check_ranges(self, "config dask", non_negative=("local_workers",))
+
+
+@dataclass
+class ValidatePlan:
+    params: dict = field(default_factory=dict)  # the checks' thresholds (data_schemas.checks.DEFAULT_PARAMS)
+
+
+@dataclass
+class FlowConfig:
+    """The whole config as one typed tree: every stage section is its stage's config dataclass itself (its
+    fields, types and defaults, the one source of them), the flow's own sections the plans above."""
+    name: str
+    artifacts: str
+    world: Any  # pipeline.world.WorldConfig
+    data: Any  # pipeline.stages.CaptionsConfig (root None: the synthetic world)
+    tokenizer: Any  # pipeline.siglip_folder.TokenizerConfig
+    parse: Any  # pipeline.stages.ParseConfig
+    ground: Any  # pipeline.grounding.base.GroundingConfig
+    masks: dict
+    validate: ValidatePlan
+    train: TrainPlan
+    evaluate: EvaluatePlan
+    dask: DaskPlan
+
+
+def _section_classes() -> dict[str, type]:
     from pipeline.grounding.base import GroundingConfig
     from pipeline.siglip_folder import TokenizerConfig
     from pipeline.stages import CaptionsConfig, ParseConfig
     from pipeline.world import WorldConfig
 
-    def pick(config, *keys, **own) -> dict:
-        d = defaults(config)
-        return {**{k: list(d[k]) if isinstance(d[k], tuple) else d[k] for k in keys}, **own}
+    return {"world": WorldConfig, "data": CaptionsConfig, "tokenizer": TokenizerConfig, "parse": ParseConfig,
+            "ground": GroundingConfig, "validate": ValidatePlan, "train": TrainPlan, "evaluate": EvaluatePlan,
+            "dask": DaskPlan}
 
-    data = asdict(CaptionsConfig(root="."))  # root: a placeholder for the check; null means the synthetic world
-    return {
-        "name": "demo",
-        "artifacts": "artifacts",
-        "world": pick(WorldConfig, "seed", "images", "size", "eval_fraction"),  # used when data.root is null
-        "data": {k: list(v) if isinstance(v, tuple) else v for k, v in {**data, "root": None}.items()},
-        "tokenizer": pick(TokenizerConfig, "arch", "vocab_size", "context_length", "clean"),
-        "parse": pick(ParseConfig, "parser", "spacy_model", "clip_model", "n_process", "shard_size"),
-        "ground": pick(GroundingConfig, "backend", "box_threshold", "text_threshold", "checkpoint", "config_file",
-                       "bert_dir", "model_dir", "device", "batch_size", "shard_size"),
-        "masks": {"models": [TrainConfig.arch]},  # the architectures whose patch grids to write
-        "validate": {"params": {}},
-        "train": {
-            "arch": TrainConfig.arch,
-            "base": None,  # a training section (or a list: a chain) run first; the last export initialises runs
-            "pretrained": None,  # weights file for the fine-tunes when there is no base
-            "runs": {"macco": {"mode": "macco"}},  # name -> overrides of `common`
-            "seeds": [0],
-            "common": {},  # model.train.TrainConfig fields shared by every run
-            "torchrun_nproc": 1,  # >1: launch each run under torchrun (DDP)
-        },
-        "evaluate": {"benchmarks": "all", "roots": {}, "settings": {}, "models": "all",  # settings: EvalConfig's
-                     "probes": True,  # on the synthetic world: model.probes for every model
-                     "control": "clip-ft"},  # every other model is tested against it (paired McNemar) in the report
-        "dask": {"address": None, "local_workers": 0},
-    }
+
+def _plain(d: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def _defaults() -> dict:
+    """The flow config's defaults: every section's fields and defaults are its dataclass's (one source)."""
+    from data_schemas.config import defaults
+
+    out = {"name": "demo", "artifacts": "artifacts",
+           **{name: _plain(defaults(cls)) for name, cls in _section_classes().items() if name != "data"},
+           "masks": {"models": [DEFAULT_ARCH]}}  # the architectures whose patch grids to write
+    from pipeline.stages import CaptionsConfig
+
+    out["data"] = {**_plain(asdict(CaptionsConfig(root="."))), "root": None}  # root null: the synthetic world
+    return out
 
 
 DEFAULTS: dict = _defaults()
 
 
-def check_sections(cfg: dict) -> None:
-    """Every stage section through its config dataclass's ``from_dict``: an unknown key, a wrong type or a value
-    outside an option's choices fails when the config is read, naming the key — not when the stage starts."""
+def flow_config(cfg: dict) -> FlowConfig:
+    """The typed tree of a merged config dict (every section through its dataclass's ``from_dict``: unknown keys,
+    wrong types, values outside a ``Literal`` or a range fail naming the key)."""
+    from data_schemas.config import from_dict
+
+    sections = {}
+    for name, cls in _section_classes().items():
+        value = cfg[name]
+        if name == "data" and value["source"] == "coco" and value["root"] is None:
+            value = {**value, "root": "."}  # the synthetic world's root: the world stage's output
+        sections[name] = from_dict(cls, value, f"config {name}")
+    return FlowConfig(cfg["name"], cfg["artifacts"], masks=cfg["masks"], **sections)
+
+
+def check_sections(cfg: dict) -> FlowConfig:
+    """The typed tree (``flow_config``) and the checks across sections: the runs' training sections, the
+    evaluation settings, the tokenizers, the official file's parser and boxes."""
     from data_schemas.config import from_dict
     from model.benchmarks import EvalConfig
     from model.train_config import TrainConfig
-    from pipeline.grounding.base import GroundingConfig
-    from pipeline.siglip_folder import TokenizerConfig
-    from pipeline.stages import CaptionsConfig, ParseConfig
-    from pipeline.world import WorldConfig
 
-    from_dict(WorldConfig, cfg["world"], "config world")
+    tree = flow_config(cfg)
     data = cfg["data"]
-    placeholder = {"root": "."} if data["source"] == "coco" and data["root"] is None else {}  # the world's
-    from_dict(CaptionsConfig, {**data, **placeholder}, "config data")
-    from_dict(TokenizerConfig, cfg["tokenizer"], "config tokenizer")
     _check_tokenizers(cfg)
-    from_dict(ParseConfig, cfg["parse"], "config parse")
-    from_dict(GroundingConfig, cfg["ground"], "config ground")
     for where, value in (("parse.parser", cfg["parse"].get("parser")), ("ground.backend", cfg["ground"]["backend"])):
         if value == "official" and data["source"] != "macco-tsv":
             raise ConfigError(f"config {where}: 'official' reads MACCO's released file: it needs data.source "
@@ -93,36 +164,7 @@ def check_sections(cfg: dict) -> None:
         raise ConfigError(f"config evaluate.settings: {flow_set} are set by the flow (each run's model and weights; "
                           "evaluate.roots)")
     from_dict(EvalConfig, settings, "config evaluate.settings")
-    _check_plan(cfg)
-
-
-def _is_int(v, low: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= low
-
-
-def _check_plan(cfg: dict) -> None:
-    """The flow's own keys (which runs and seeds, processes, what to evaluate): types and ranges."""
-    from model.benchmarks.registry import BENCHMARKS
-
-    train, ev = cfg["train"], cfg["evaluate"]
-    if not isinstance(train["runs"], dict) or not all(isinstance(r, dict) for r in train["runs"].values()):
-        raise ConfigError(f"config train.runs: a mapping of run name -> training section, not {train['runs']!r}")
-    for where, seeds in [("train.seeds", train["seeds"]),
-                         *((f"train.runs.{n}.seeds", r["seeds"]) for n, r in train["runs"].items() if "seeds" in r)]:
-        if not isinstance(seeds, list) or not seeds or not all(_is_int(x, 0) for x in seeds) \
-                or len(set(seeds)) != len(seeds):
-            raise ConfigError(f"config {where}: {seeds!r}: a non-empty list of distinct integers >= 0 expected")
-    for where, value, low in (("train.torchrun_nproc", train["torchrun_nproc"], 1),
-                              ("dask.local_workers", cfg["dask"]["local_workers"], 0)):
-        if not _is_int(value, low):
-            raise ConfigError(f"config {where}: {value!r} must be an integer >= {low}")
-    if ev["benchmarks"] != "all" and (not isinstance(ev["benchmarks"], list)
-                                      or not set(ev["benchmarks"]) <= set(BENCHMARKS)):
-        raise ConfigError(f"config evaluate.benchmarks: {ev['benchmarks']!r}: 'all' or a list of {list(BENCHMARKS)}")
-    if ev["models"] != "all" and not isinstance(ev["models"], list):
-        raise ConfigError(f"config evaluate.models: {ev['models']!r}: 'all' or a list of run names")
-    if not isinstance(ev["probes"], bool):
-        raise ConfigError(f"config evaluate.probes: {ev['probes']!r} must be true or false")
+    return tree
 
 
 def run_archs(train: dict) -> list[tuple[str, str]]:

@@ -24,6 +24,8 @@ from torch.utils.data import Dataset, Sampler
 from data_schemas import TABLES, read_table
 from data_schemas.geometry import Geometry, boxes_patches, random_rectangle
 
+from .train_config import TrainConfig
+
 log = logging.getLogger(__name__)
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -44,17 +46,25 @@ class Sample:
 
 @dataclass
 class DataConfig:
-    image_root: str = ""
-    split: str = "train"
-    crop_scale: tuple[float, float] = (0.9, 1.0)
-    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
-    rect_prob: float = 0.1
-    rect_ratio: float = 0.75
+    """What the dataset reads of a run's settings; every default is ``TrainConfig``'s (one source; ``from_train``
+    builds it from a run's)."""
+    image_root: str = TrainConfig.image_root
+    split: str = TrainConfig.split
+    crop_scale: tuple[float, float] = TrainConfig.crop_scale
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)  # RandomResizedCrop's default, as the reference
+    rect_prob: float = TrainConfig.rect_prob
+    rect_ratio: float = TrainConfig.rect_ratio
     # any: one phrase's boxes drawn from all the caption's phrases (the reference); relation: from its relation
     # phrases only (their boxes are the subject's and the object's: both objects masked), else from all
-    mask_phrases: str = "any"
+    mask_phrases: str = TrainConfig.mask_phrases
     mean: tuple[float, float, float] = OPENAI_MEAN
     std: tuple[float, float, float] = OPENAI_STD
+
+    @classmethod
+    def from_train(cls, cfg: TrainConfig, split: str, **kw) -> "DataConfig":
+        """A run's data settings (``kw``: the model's normalisation ``mean`` / ``std``)."""
+        return cls(image_root=cfg.image_root, split=split, crop_scale=cfg.crop_scale, rect_prob=cfg.rect_prob,
+                   rect_ratio=cfg.rect_ratio, mask_phrases=cfg.mask_phrases, **kw)
 
 
 def swap_negative(caption: str, concepts: list[dict], rng: random.Random) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Sequence, get_args
+from typing import Sequence, get_args
 
 import torch
 import torch.nn.functional as F
@@ -23,23 +23,30 @@ from .masked import (encode_image_pair, encode_image_tokens, encode_text_pair, e
                      supports_trimmed_text, tower_shapes)
 from .predictors import ImagePredictor, TextPredictor
 from .siglip import is_siglip
+from .train_config import Mode, TrainConfig
 
-Mode = Literal["macco", "clip-ft", "text-only", "image-only"]
 MODES = get_args(Mode)
 
 
 @dataclass
 class MaccoConfig:
-    mode: Mode = "macco"
-    hardneg: bool = False  # NegCLIP-style hard-negative captions as extra image->text columns
-    text_cross_layers: int | None = None  # None: 2 for ViT-B/32 and tiny models, 4 for B/16 and L/14
-    image_cross_layers: int | None = None  # None: 3 for ViT-B/32 and tiny models, 6 for B/16 and L/14
+    """The task's settings; every default is ``TrainConfig``'s (one source; ``from_train`` builds it from a run's)."""
+    mode: Mode = TrainConfig.mode
+    hardneg: bool = TrainConfig.hardneg  # NegCLIP-style hard-negative captions as extra image->text columns
+    text_cross_layers: int | None = TrainConfig.text_cross_layers  # None: 2 for B/32 and tiny models, 4 for B/16, L/14
+    image_cross_layers: int | None = TrainConfig.image_cross_layers  # None: 3 for B/32 and tiny, 6 for B/16, L/14
     text_self_layers: int = 0
     image_self_layers: int = 0
-    heads: int | None = None  # None: 8 as the reference (width >= 256), one per 32 channels for narrower models
+    heads: int | None = TrainConfig.predictor_heads  # None: 8 as the reference (width >= 256), one per 32 channels
     weights: LossWeights = field(default_factory=LossWeights)
-    mca: bool = True  # masked samples as extra contrastive negatives (off: the contrast sees full pairs only)
-    mir: bool = True  # the intra-modal masked-vs-full contrast (off: no MIR term)
+    mca: bool = TrainConfig.mca  # masked samples as extra contrastive negatives (off: the contrast sees full pairs)
+    mir: bool = TrainConfig.mir  # the intra-modal masked-vs-full contrast (off: no MIR term)
+
+    @classmethod
+    def from_train(cls, cfg: TrainConfig) -> "MaccoConfig":
+        return cls(mode=cfg.mode, hardneg=cfg.hardneg, text_cross_layers=cfg.text_cross_layers,
+                   image_cross_layers=cfg.image_cross_layers, heads=cfg.predictor_heads,
+                   weights=LossWeights(**cfg.loss_weights), mca=cfg.mca, mir=cfg.mir)
 
     def __post_init__(self):
         check_choices(self, "macco config")

