@@ -1,7 +1,8 @@
 """Behaviour fingerprint of the code in the current directory (for refactors that must change nothing): the tiny
 pipeline (tests/data/tiny_pipeline.yaml) run end to end into ARTIFACTS, then every table's content hash, every
 training export's sha256, every evaluation's scores (results.json without times and ids), and the loss terms and
-gradient norms of one step of every training mode on a fixed batch. Run it at two commits and diff the JSON:
+gradient norms of one step of every training mode on a fixed batch. Run it from the root of a checkout of each of
+two commits (the code comes from the current directory, here and in any subprocess) and diff the JSON:
 
     python bench/identity.py /tmp/before > before.json   (in a clone of the old commit)
     python bench/identity.py /tmp/after > after.json
@@ -15,6 +16,11 @@ import sys
 from pathlib import Path
 
 import yaml
+
+# the code under test is the one in the current directory (not an installed copy: an editable install of
+# another clone would otherwise answer the imports)
+sys.path.insert(0, str(Path.cwd()))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path.cwd()), os.environ.get("PYTHONPATH")]))
 
 
 def _scores(res: dict) -> dict:
@@ -33,8 +39,6 @@ def _scores(res: dict) -> dict:
 def step_terms(root: Path) -> dict:
     """One step of each mode on the same batch of the run's tables: every loss term and the gradient norm of every
     parameter group, from a fixed initialisation."""
-    import torch
-
     from model.train import load_config, setup, train_step
 
     tables = next(root.glob("runs/macco-s0-*/run/config.json"))
@@ -47,8 +51,15 @@ def step_terms(root: Path) -> dict:
         state = setup(cfg)
         batch = next(iter(state.loader))
         batch.pop("skipped")
+        grads: dict = {}
+        real_step = state.scaler.step  # the gradients as the optimiser sees them (zeroed after the step)
+
+        def step(opt, real_step=real_step, task=state.task, grads=grads):
+            grads.update({n: None if p.grad is None else float(p.grad.norm()) for n, p in task.named_parameters()})
+            return real_step(opt)
+
+        state.scaler.step = step
         terms, _ = train_step(state, batch, 0, stats=True)
-        grads = {n: float(p.grad.norm()) if p.grad is not None else None for n, p in state.task.named_parameters()}
         h = hashlib.sha256(json.dumps(grads, sort_keys=True).encode()).hexdigest()
         after = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in state.task.parameters())).hexdigest()
         out[mode] = {"terms": {k: float(v) for k, v in sorted(terms.items())}, "grad_norms_sha256": h,

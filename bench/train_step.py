@@ -54,10 +54,11 @@ def stepper(arch: str, mode: str, batch: int, lock_image: bool = False):
         targets = torch.stack([torch.ones(batch, C), torch.ones(batch, C), torch.rand(batch, C),
                                torch.rand(batch, C), torch.randint(0, K, (batch, C)).float(),
                                torch.randint(0, S, (batch, C)).float()], dim=-1)  # model.scene.SLOT_FIELDS
-        forward = lambda: task(images, targets, stats=False)  # noqa: E731
+        forward = lambda: task({"image": images, "scene": targets}, stats=False)  # noqa: E731
     else:
-        sizes = task.step_sizes(texts, tm, im)  # the loop computes them from the host batch
-        forward = lambda: task(images, texts, tm, im, stats=False, sizes=sizes)  # noqa: E731  (an unlogged step)
+        b = {"image": images, "text": texts, "text_mask": tm, "image_mask": im}
+        sizes = task.sizes_for(b)  # the loop computes them from the host batch
+        forward = lambda: task(b, stats=False, sizes=sizes)  # noqa: E731  (an unlogged step)
 
     def step() -> float:
         t0 = time.perf_counter()

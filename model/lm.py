@@ -64,7 +64,12 @@ class LMTask(nn.Module):
         attn_mask = clip.attn_mask[:L, :L] if clip.attn_mask is not None else None
         return clip.ln_final(clip.transformer(x, attn_mask=attn_mask))
 
-    def forward(self, text: torch.Tensor, stats: bool = True) -> dict[str, torch.Tensor]:
+    def sizes_for(self, batch: dict) -> None:
+        return None  # no shapes to precompute (``MaccoTask.sizes_for``)
+
+    def forward(self, batch: dict[str, torch.Tensor], stats: bool = True, sizes=None) -> dict[str, torch.Tensor]:
+        """The training tasks' signature: the batch's ``text`` -> the next-token term."""
+        text = batch["text"]
         eot = text.argmax(dim=-1)  # the end-of-text token has the largest id
         pos = torch.arange(text.shape[1] - 1, device=text.device)
         valid = pos.unsqueeze(0) < eot.unsqueeze(1)  # position t predicts token t + 1, up to the EOT

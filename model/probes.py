@@ -263,7 +263,9 @@ def load_training_task(train_checkpoint: str | Path, device: str = "cpu"):
 
     ck = torch.load(train_checkpoint, map_location="cpu", weights_only=True)
     cfg = load_config(None, [], **ck["config"])
-    if cfg.mode in ("scene", "lm"):  # a base stage: no predictors to probe
+    from .task import MODES
+
+    if cfg.mode not in MODES:  # a base stage's task (scene, lm) has no predictors to probe
         return None, cfg
     # the architecture the run built (its weights file decided it, e.g. QuickGELU for OpenAI weights), without
     # loading that file: the checkpoint holds every weight
@@ -284,8 +286,7 @@ def term_gradient_norms(task, batch: dict) -> dict[str, dict[str, float]]:
         if p.requires_grad and name != "logit_scale":
             towers["image" if name.startswith("visual.") else "text"].append(p)
     with torch.enable_grad():
-        out = task(batch["image"], batch["text"], batch["text_mask"], batch["image_mask"],
-                   batch.get("hard_text"), stats=False)
+        out = task(batch, stats=False)
         res: dict[str, dict[str, float]] = {}
         for term, weight in weights.items():
             if term not in out:

@@ -110,7 +110,12 @@ class SceneTask(nn.Module):
         for p in clip.visual.parameters():
             p.requires_grad_(True)
 
-    def forward(self, images: torch.Tensor, targets: torch.Tensor, stats: bool = True) -> dict[str, torch.Tensor]:
+    def sizes_for(self, batch: dict) -> None:
+        return None  # no shapes to precompute (``MaccoTask.sizes_for``)
+
+    def forward(self, batch: dict[str, torch.Tensor], stats: bool = True, sizes=None) -> dict[str, torch.Tensor]:
+        """The training tasks' signature: the batch's ``image`` and its ``scene`` targets -> the named terms."""
+        images, targets = batch["image"], batch["scene"]
         C, K, S = self.sizes
         z = self.clip.encode_image(images)
         out = self.scene_head(z).float().view(-1, C, 1 + 2 + K + S)

@@ -151,9 +151,20 @@ class MaccoTask(nn.Module):
         sizes = torch.stack([text_len, text_mask.sum(dim=1).amax(), image_mask.sum(dim=1).amax()])
         return sizes.tolist()
 
-    def forward(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor,
-                image_mask: torch.Tensor, hard_texts: torch.Tensor | None = None,
-                stats: bool = True, sizes: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+    def forward(self, batch: dict[str, torch.Tensor], stats: bool = True,
+                sizes: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+        """Every training task's signature (``SceneTask``, ``LMTask`` too): a batch as the dataset collates it
+        (``image``, ``text``, ``text_mask``, ``image_mask``, optionally ``hard_text``) -> the named terms."""
+        return self.terms(batch["image"], batch["text"], batch["text_mask"], batch["image_mask"],
+                          batch.get("hard_text"), stats=stats, sizes=sizes)
+
+    def sizes_for(self, batch: dict[str, torch.Tensor]) -> list[int]:
+        """``step_sizes`` of a (host) batch: what the loop passes to ``forward`` as ``sizes``."""
+        return self.step_sizes(batch["text"], batch["text_mask"], batch["image_mask"])
+
+    def terms(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor,
+              image_mask: torch.Tensor, hard_texts: torch.Tensor | None = None,
+              stats: bool = True, sizes: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
         """images [B,3,H,W], texts [B,L] ids, text_mask [B,L] bool, image_mask [B,N] bool (True = masked):
         ``encode`` -> ``contrastive_terms`` -> ``reconstruction_terms`` -> the weighted total. ``stats=False``
         skips the masked-word accuracy (an argmax over the vocabulary; the loop asks for it only on the steps it

@@ -250,17 +250,11 @@ def train_step(state: TrainState, batch: dict, step: int, stats: bool) -> tuple[
     terms: dict[str, torch.Tensor] = {}
     for m in range(cfg.accum_steps):
         sl = slice(m * micro, (m + 1) * micro)
+        part = {k: v[sl] for k, v in batch.items() if torch.is_tensor(v)}
+        # the step's shapes from the host copy of the batch: no device sync inside the step
+        sizes = task.sizes_for({k: v[sl] for k, v in host.items() if torch.is_tensor(v)})
         with torch.autocast(device.type, dtype=state.amp_dtype, enabled=state.amp_dtype is not None):
-            if cfg.mode == "scene":
-                out = state.model(batch["image"][sl], batch["scene"][sl], stats=stats)
-            elif cfg.mode == "lm":
-                out = state.model(batch["text"][sl], stats=stats)
-            else:
-                # the step's shapes from the host copy of the batch: no device sync inside the step
-                sizes = task.step_sizes(host["text"][sl], host["text_mask"][sl], host["image_mask"][sl])
-                out = state.model(batch["image"][sl], batch["text"][sl], batch["text_mask"][sl],
-                                  batch["image_mask"][sl], batch["hard_text"][sl] if "hard_text" in batch else None,
-                                  stats=stats, sizes=sizes)
+            out = state.model(part, stats=stats, sizes=sizes)
         state.scaler.scale(out["total_loss"] / cfg.accum_steps).backward()
         for k, v in out.items():
             terms[k] = terms.get(k, 0) + v.detach().float() / cfg.accum_steps

@@ -45,8 +45,7 @@ def make_batch() -> dict:
 def step(model, task, batch: dict, rows: slice) -> dict[str, torch.Tensor]:
     """The forward + backward of ``rows`` of the batch; returns the detached terms."""
     b = {k: v[rows] for k, v in batch.items()}
-    sizes = task.step_sizes(b["text"], b["text_mask"], b["image_mask"])
-    out = model(b["image"], b["text"], b["text_mask"], b["image_mask"], b["hard_text"], sizes=sizes)
+    out = model(b, sizes=task.sizes_for(b))  # the training loop's call (model: the task, or DDP around it)
     out["total_loss"].backward()
     return {k: v.detach() for k, v in out.items() if k.endswith("_loss")}
 

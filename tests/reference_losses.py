@@ -2,8 +2,8 @@
 functions of ``model/losses.py``, the predictors' ``predict``) is compared with in tests/unit/test_model.py.
 
 Everything the reference code's way, with none of the step's shortcuts: full and masked copies as one 2B pass
-at all 77 text positions, the predictors run at every query position (from their own layers, not through
-``predict``), vocabulary log-probabilities everywhere, the masks applied afterwards.
+at all 77 text positions, the predictors' decoders run at every query position (not through
+``predict`` and its packing), vocabulary log-probabilities everywhere, the masks applied afterwards.
 """
 from __future__ import annotations
 
@@ -15,19 +15,11 @@ from model.masked import encode_image_tokens, encode_text_tokens
 from model.predictors import ImagePredictor, TextPredictor, inject_global
 
 
-def _blocks(predictor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    for b in predictor.self_blocks:
-        x = b(x)
-    for b in predictor.cross_blocks:
-        x = b(x, y)
-    return predictor.ln(x)
-
-
 def text_hidden(tp: TextPredictor, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor,
                 y_global: torch.Tensor) -> torch.Tensor:
     """What the vocabulary head reads at every position [B, L, E]: x masked text tokens [B, L, E], y full image
     patches [B, N, E]."""
-    return _blocks(tp, inject_global(x, x_global), inject_global(y, y_global))
+    return tp._decode(inject_global(x, x_global), inject_global(y, y_global))
 
 
 def text_log_probs(tp: TextPredictor, x: torch.Tensor, x_global: torch.Tensor, y: torch.Tensor,
@@ -40,7 +32,7 @@ def image_predictions(ip: ImagePredictor, x: torch.Tensor, x_global: torch.Tenso
                       y_global: torch.Tensor) -> torch.Tensor:
     """Pixel predictions at every patch [B, N, P*P*3]: x masked image patches [B, N, E], y full text tokens."""
     x = ip.decoder_embed(inject_global(x, x_global)) + ip.pos_embed.to(x.dtype)
-    return ip.proj(_blocks(ip, x, inject_global(y, y_global)))
+    return ip._decode(x, inject_global(y, y_global))
 
 
 def masked_text_nll(log_probs: torch.Tensor, texts: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -182,7 +182,7 @@ def grads(task, loss):
 def test_stop_gradient_map_matches_reference(clip, batch):
     torch.manual_seed(0)
     task = MaccoTask(clip, MaccoConfig())
-    out = task(*batch)
+    out = task.terms(*batch)
     g = grads(task, out["text_reconstruction_loss"])
     assert g == {"text_encoder": True, "image_encoder": False, "text_predictor": True, "image_predictor": False,
                  "text_mask_token": True, "img_mask_token": False, "logit_scale": False}
@@ -203,10 +203,10 @@ def test_task_step_equals_the_plain_reference_computation(clip, batch, cfg):
     self-attention predictor layers (every query needed) too."""
     torch.manual_seed(3)
     task = MaccoTask(clip, MaccoConfig(**cfg))
-    out = task(*batch)
+    out = task.terms(*batch)
     terms, total = reference_terms(task, *batch)
     _, t, tm, im = batch
-    given = task(*batch, sizes=MaccoTask.step_sizes(t, tm, im))  # the loop's host-side shapes: the same step
+    given = task.terms(*batch, sizes=MaccoTask.step_sizes(t, tm, im))  # the loop's host-side shapes: the same step
     for k, v in terms.items():
         assert torch.allclose(out[k], v, rtol=1e-4, atol=1e-6), k
         assert torch.equal(given[k], out[k]), k
@@ -230,7 +230,7 @@ def test_every_mode_runs_with_and_without_hard_negatives(clip, batch, mode, term
     img, t, tm, im = batch
     for hardneg in (False, True):
         task = MaccoTask(clip, MaccoConfig(mode=mode, hardneg=hardneg))
-        out = task(img, t, tm, im, hard_texts=t.flip(0) if hardneg else None)
+        out = task.terms(img, t, tm, im, hard_texts=t.flip(0) if hardneg else None)
         assert {k for k in out if "_loss" in k and k != "total_loss"} == terms
         assert torch.isfinite(out["total_loss"])
         out["total_loss"].backward()
@@ -238,7 +238,7 @@ def test_every_mode_runs_with_and_without_hard_negatives(clip, batch, mode, term
 
 def test_clip_ft_is_plain_clip_loss(clip, batch):
     img, t, tm, im = batch
-    out = MaccoTask(clip, MaccoConfig(mode="clip-ft"))(img, t, tm, im)
+    out = MaccoTask(clip, MaccoConfig(mode="clip-ft")).terms(img, t, tm, im)
     ref = open_clip.ClipLoss()(torch.nn.functional.normalize(clip.encode_image(img), dim=-1),
                                torch.nn.functional.normalize(clip.encode_text(t), dim=-1), clip.logit_scale.exp())
     assert torch.allclose(out["contrast_loss"], ref, atol=1e-6)
@@ -442,7 +442,7 @@ def test_ablation_flags_drop_mca_negatives_and_the_mir_term(clip, batch):
         task = MaccoTask(clip, MaccoConfig(**{"mode": "macco", **kw}))
         task.load_state_dict(full.state_dict())
         with torch.no_grad():
-            outs[name] = task(img, t, tm, im)
+            outs[name] = task.terms(img, t, tm, im)
     assert torch.allclose(outs["no_mca"]["contrast_loss"], outs["ft"]["contrast_loss"], atol=1e-5)
     assert not torch.allclose(outs["full"]["contrast_loss"], outs["ft"]["contrast_loss"], atol=1e-3)
     assert "intra_modal_contrast_loss" not in outs["no_mir"]
@@ -457,7 +457,7 @@ def test_clip_ft_step_runs_the_text_trimmed_and_equals_the_plain_clip_loss(clip,
     sizes = task.step_sizes(t, tm, im)
     assert sizes[0] < t.shape[1]  # the batch's last EOT is well before position 77
     with torch.no_grad():
-        out = task(img, t, tm, im, sizes=sizes)
+        out = task.terms(img, t, tm, im, sizes=sizes)
         I = torch.nn.functional.normalize(clip.encode_image(img), dim=-1)
         T = torch.nn.functional.normalize(clip.encode_text(t), dim=-1)
         ref = contrast_loss([I], [T], clip.logit_scale.exp())

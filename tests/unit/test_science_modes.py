@@ -42,7 +42,7 @@ def test_lm_mode_trains_only_the_text_tower_on_next_tokens_and_exports_a_plain_c
     h = task.token_features(text)[0, :eot]
     logits = task.lm_head(h)
     rows = torch.tensor([vocab.index(t) for t in tm[0]["token_ids"][1:eot + 1]])
-    assert task(text)["lm_loss"].item() == pytest.approx(torch.nn.functional.cross_entropy(logits, rows).item(),
+    assert task({"text": text})["lm_loss"].item() == pytest.approx(torch.nn.functional.cross_entropy(logits, rows).item(),
                                                          rel=1e-5)
     before = {k: v.clone() for k, v in task.clip.visual.state_dict().items()}
     summary = train(cfg)

@@ -190,7 +190,7 @@ def test_macco_task_on_siglip_uses_the_sigmoid_terms(siglip, mode, mca, mir):
     task = MaccoTask(siglip, MaccoConfig(mode=mode, mca=mca, mir=mir))
     assert task.sigmoid and task.grid == 4 and task.patch_size == 8
     images, texts, tm, im = _siglip_batch()
-    out = task(images, texts, tm, im)
+    out = task.terms(images, texts, tm, im)
     scale, bias = siglip.logit_scale.exp(), siglip.logit_bias
     norm = torch.nn.functional.normalize
     I, T = norm(encode_image_tokens(siglip.visual, images)[0], dim=-1), norm(encode_text_tokens(siglip, texts)[1], dim=-1)

@@ -341,3 +341,33 @@ def test_probe_runs_on_a_trained_macco_run_with_its_text_predictor(world, world_
     ft = train(cfg_for(world, world_tables, tmp_path / "ft", max_steps=1, mode="clip-ft"))
     res = probe("macco-micro", ft["export"]["pt"], ProbeConfig(world=str(world)), ft["checkpoint"], tables)
     assert "reconstruction" not in res and set(res["gradient_norms"]) == {"contrast_loss", "batch"}
+
+
+@pytest.mark.parametrize("mode", ["macco", "lm"])
+def test_gradient_accumulation_averages_the_micro_batches(world, world_tables, tmp_path, mode):
+    """accum_steps 2: the step's terms and gradients are the means of the two half-batches' (each half its own
+    contrastive batch), computed through the same task call signature."""
+    from model.train import setup, train_step
+
+    state = setup(cfg_for(world, world_tables, tmp_path / mode, mode=mode, accum_steps=2, max_steps=1))
+    batch = next(iter(state.loader))
+    batch.pop("skipped")
+    params = [p for p in state.task.parameters() if p.requires_grad]
+    want_terms, want_grads = {}, [torch.zeros_like(p) for p in params]
+    for half in (slice(0, 4), slice(4, 8)):
+        part = {k: v[half] for k, v in batch.items() if torch.is_tensor(v)}
+        out = state.task(part, stats=False, sizes=state.task.sizes_for(part))
+        grads = torch.autograd.grad(out["total_loss"], params, allow_unused=True)
+        for acc, g in zip(want_grads, grads):
+            if g is not None:
+                acc += g / 2
+        for k, v in out.items():
+            want_terms[k] = want_terms.get(k, 0) + float(v.detach()) / 2
+    seen = {}
+    real_step = state.scaler.step
+    state.scaler.step = lambda opt: (seen.update(grads=[p.grad.clone() if p.grad is not None else None
+                                                        for p in params]), real_step(opt))
+    terms, _ = train_step(state, batch, 0, stats=False)
+    assert {k: pytest.approx(float(v), rel=1e-5) for k, v in terms.items()} == want_terms
+    for want, got in zip(want_grads, seen["grads"]):
+        torch.testing.assert_close(got if got is not None else torch.zeros_like(want), want, rtol=1e-4, atol=1e-6)
