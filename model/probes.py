@@ -163,10 +163,7 @@ def masked_word_accuracy(task, preprocess, rows: list[dict], image_paths: dict[i
     joined with their caption's image id), each caption masked as in training, against its full image."""
     from PIL import Image
 
-    from .masked import encode_image_tokens, encode_text_tokens
-
     hits = {"relation": [0, 0], "attribute": [0, 0]}
-    clip, tp = task.clip, task.text_predictor
     for i in range(0, len(rows), batch_size):
         chunk = rows[i:i + batch_size]
         L = len(chunk[0]["token_ids"])
@@ -182,10 +179,7 @@ def masked_word_accuracy(task, preprocess, rows: list[dict], image_paths: dict[i
         for r in chunk:
             with Image.open(image_paths[r["image_id"]]) as im:
                 ims.append(preprocess(im.convert("RGB")))
-        i_glob, i_tok = encode_image_tokens(clip.visual, torch.stack(ims).to(device))
-        tm_tok, tm_glob = encode_text_tokens(clip, texts, mask, task.text_mask_token)
-        h = tp.predict(tm_tok, tm_glob, i_tok, i_glob, mask)
-        right = tp.head(h).argmax(-1) == texts[mask]
+        right = task.predicted_words(torch.stack(ims).to(device), texts, mask) == texts[mask]
         kinds = kind[mask]
         for name, code in (("relation", 1), ("attribute", 2)):
             sel = kinds == code

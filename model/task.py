@@ -179,15 +179,18 @@ class MaccoTask(nn.Module):
             out["logit_scale"] = enc.scale.detach()
         return out
 
-    def encode(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor, image_mask: torch.Tensor,
-               sizes: Sequence[int] | None = None) -> Encoded:
+    def encode(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor,
+               image_mask: torch.Tensor | None, sizes: Sequence[int] | None = None) -> Encoded:
         """The full and masked copies through the towers' own layers. Cross-attention-only predictors read the
         masked copies at their masked positions only (query slots): the copies' last blocks run only there;
-        self-attention predictor layers read every position (no slots)."""
+        self-attention predictor layers read every position (no slots). ``image_mask`` None: no masked image
+        copy (the full views and the masked text only)."""
         cfg, clip = self.cfg, self.clip
         scale = clip.logit_scale.exp()
-        text_len, text_count, image_count = sizes if sizes is not None else self.step_sizes(texts, text_mask,
-                                                                                            image_mask)
+        masks_image = cfg.masks_image and image_mask is not None
+        if sizes is None:
+            sizes = self.step_sizes(texts, text_mask, image_mask if masks_image else text_mask[:, :0])
+        text_len, text_count, image_count = sizes
         if self.sigmoid:  # a bidirectional text tower: every position of the masked copy depends on every other
             text_len = texts.shape[1]
         tp, ip = self.text_predictor, self.image_predictor
@@ -196,7 +199,7 @@ class MaccoTask(nn.Module):
             text_slots = tp.slots(text_mask[:, :text_len], text_count)
             if text_slots is None:
                 text_len = texts.shape[1]
-        if cfg.masks_image:
+        if masks_image:
             image_slots = ip.slots(image_mask, image_count)
         tm_tok = tm_glob = im_glob = im_tok = None
         if cfg.masks_text:
@@ -206,9 +209,9 @@ class MaccoTask(nn.Module):
             # without an image predictor (which attends to every position, padding included, as the
             # reference) only the EOT is read: under the causal mask the positions after the batch's last EOT
             # change nothing, so the text runs trimmed to them (the same features)
-            trim = not cfg.masks_image and supports_trimmed_text(clip)
+            trim = not masks_image and supports_trimmed_text(clip)
             t_tok, t_glob = encode_text_tokens(clip, texts[:, :text_len] if trim else texts)
-        if cfg.masks_image:
+        if masks_image:
             (i_glob, i_tok), (im_glob, im_tok) = encode_image_pair(clip.visual, images, image_mask,
                                                                    self.img_mask_token, image_slots and image_slots[0])
         else:
@@ -248,6 +251,20 @@ class MaccoTask(nn.Module):
             out["intra_modal_contrast_loss"] = intra_modal_contrast_loss(intra)
         return out
 
+    def masked_word_features(self, enc: Encoded, text_mask: torch.Tensor) -> torch.Tensor:
+        """What the vocabulary head reads at the masked words [n_masked, E] (in the order of
+        ``texts[text_mask]``): the text predictor on the masked text copy and the detached full image."""
+        return self.text_predictor.predict(enc.tm_tok, enc.tm_glob, enc.i_tok.detach(), enc.i_glob.detach(),
+                                           text_mask[:, :enc.text_len], enc.text_count, enc.text_slots)
+
+    @torch.no_grad()
+    def predicted_words(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor) -> torch.Tensor:
+        """The text predictor's word ids at the masked positions [n_masked] (the order of ``texts[text_mask]``),
+        each caption against its full image, through the training step's own path (``encode`` without the masked
+        image copy, ``masked_word_features``): what the reconstruction probe scores."""
+        enc = self.encode(images, texts, text_mask, None)
+        return self.text_predictor.head(self.masked_word_features(enc, text_mask)).argmax(-1)
+
     def reconstruction_terms(self, enc: Encoded, images: torch.Tensor, texts: torch.Tensor,
                              text_mask: torch.Tensor, image_mask: torch.Tensor, stats: bool = True
                              ) -> dict[str, torch.Tensor]:
@@ -255,9 +272,7 @@ class MaccoTask(nn.Module):
         from the *detached* masked image copy and the full text (the reference's stop-gradient map)."""
         cfg, tp, ip, out = self.cfg, self.text_predictor, self.image_predictor, {}
         if cfg.masks_text:
-            text_positions = text_mask[:, :enc.text_len]
-            h = tp.predict(enc.tm_tok, enc.tm_glob, enc.i_tok.detach(), enc.i_glob.detach(), text_positions,
-                           enc.text_count, enc.text_slots)
+            h = self.masked_word_features(enc, text_mask)
             targets = texts[text_mask]
             out["text_reconstruction_loss"] = text_reconstruction_loss(h, tp.head, targets, text_mask.nonzero()[:, 0],
                                                                        texts.shape[0],

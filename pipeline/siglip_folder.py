@@ -34,7 +34,8 @@ class TokenizerConfig:
 
 
 def build_siglip_folder(captions: list[str], out: str | Path, model_cfg: dict | None = None,
-                        context_length: int = 32, vocab_size: int = 1000, clean: str = "canonicalize") -> str:
+                        context_length: int = TokenizerConfig.context_length,
+                        vocab_size: int = TokenizerConfig.vocab_size, clean: str = TokenizerConfig.clean) -> str:
     """Write the folder (tokenizer files + open_clip_config.json with ``model_cfg`` and the tokenizer's text
     settings); returns its ``local-dir:`` name. Without weights, open_clip initialises such a model randomly."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers

@@ -220,6 +220,21 @@ def test_task_step_equals_the_plain_reference_computation(clip, batch, cfg):
             assert torch.allclose(a, b, rtol=1e-3, atol=1e-6), n
 
 
+@pytest.mark.parametrize("mode", ["macco", "text-only"])
+def test_predicted_words_are_the_plain_computations_argmax(clip, batch, mode):
+    """The reconstruction probe's words (``MaccoTask.predicted_words``: the training step's path, with its
+    shortcuts) are the argmax of the plain computation's vocabulary log-probabilities at the masked words, each
+    caption against its full image."""
+    torch.manual_seed(5)
+    task = MaccoTask(clip, MaccoConfig(mode=mode)).eval()
+    img, t, tm, _ = batch
+    tok, glob = encode_text_tokens(clip, t, tm, task.text_mask_token)
+    i_glob, i_tok = encode_image_tokens(clip.visual, img)
+    with torch.no_grad():
+        want = text_log_probs(task.text_predictor, tok, glob, i_tok, i_glob).argmax(-1)[tm]
+    assert tm.any() and torch.equal(task.predicted_words(img, t, tm), want)
+
+
 @pytest.mark.parametrize("mode,terms", [
     ("macco", {"contrast_loss", "intra_modal_contrast_loss", "text_reconstruction_loss", "image_reconstruction_loss"}),
     ("clip-ft", {"contrast_loss"}),
