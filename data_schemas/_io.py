@@ -186,7 +186,10 @@ class ShardedTableWriter:
         missing = [i for i in range(self.n_shards) if not self.has_shard(i)]
         if missing:
             raise TableError(f"table {self.spec.name}: shards {missing[:10]} not written; cannot finalize")
-        for stray in list(self.partial.glob(".*.tmp")) + [self.partial / ".fingerprint"]:
+        shards = {self.shard_path(i).name for i in range(self.n_shards)}
+        # a finalize killed after writing the carried rows' part leaves it beside the shards: carried again below
+        leftover = [p for p in self.partial.glob("part-*.parquet") if p.name not in shards]
+        for stray in list(self.partial.glob(".*.tmp")) + [self.partial / ".fingerprint"] + leftover:
             stray.unlink(missing_ok=True)
         return _finalize(self.spec, self.partial, self.out_dir, config, code_version, extra, replaces)
 
@@ -203,15 +206,25 @@ def table_lock(out_dir: Path):
         yield  # closing the file releases the lock
 
 
+def _holds(files: list[Path], column: str, value) -> bool:
+    """Whether any row of the parts ``files`` has ``value`` in ``column`` (that column read alone)."""
+    import pyarrow.compute as pc
+
+    return any(pc.any(pc.equal(pq.read_table(f, columns=[column]).column(column), value)).as_py() for f in files)
+
+
 def append_table(spec: TableSpec, out_dir: str | Path, table: pa.Table, *, config: dict | None = None,
-                 code_version: str = "", legacy: dict[int, tuple[TableSpec, Any]] | None = None) -> dict:
+                 code_version: str = "", legacy: dict[int, tuple[TableSpec, Any]] | None = None,
+                 once: tuple[str, Any] | None = None) -> dict:
     """Append ``table``'s rows to the table in ``out_dir`` (created if absent) as one new part; returns the
     manifest. Parts are never rewritten: under ``table_lock`` the new part is written beside the old ones, then
     the manifest listing all of them replaces the old manifest atomically. A writer killed before that leaves a
     part no manifest lists (never read); a table that cannot be read is refused, never replaced.
 
     ``legacy``: {old schema version: (its spec, a function upgrading its rows)}; a table of such a version is
-    first rewritten, every row upgraded, in the current schema."""
+    first rewritten, every row upgraded, in the current schema. ``once=(column, value)``: nothing is appended
+    if the table already holds a row with ``value`` in ``column`` (checked under the lock; e.g. an evaluation's
+    ``eval_id``: a retried writer adds its rows once)."""
     out_dir = Path(out_dir)
     spec.assert_conforms(table)
     table = table.select(spec.schema.names).cast(spec.arrow_schema)
@@ -225,7 +238,9 @@ def append_table(spec: TableSpec, out_dir: str | Path, table: pa.Table, *, confi
             old_spec, upgrade = legacy[version]
             old = write_table(spec, out_dir, upgrade(read_table(old_spec, out_dir)), config=old.get("config"),
                               code_version=old.get("code_version", ""), extra={"upgraded_from_version": version})
-        table_files(spec, out_dir)  # the old parts are still what the manifest says (else: an error, no append)
+        files = table_files(spec, out_dir)  # the old parts are still what the manifest says (else: an error)
+        if once is not None and _holds(files, *once):
+            return old
         name = f"part-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}.parquet"
         _write_part(table, out_dir / name)
         parts = [out_dir / p for p in old["parts"]] + [out_dir / name]

@@ -29,7 +29,8 @@ def refuse_unreadable(out_dir: str | Path) -> None:
 
     An unreadable manifest (or Parquet parts without one) means the rows cannot be checked or carried over:
     replacing the directory would silently drop them - for an appended table such as ``eval_results``, its
-    whole history. A table with a readable manifest may be replaced (a rerun stage recomputes it).
+    whole history. A table with a readable manifest may be replaced (a rerun stage recomputes it); a non-empty
+    directory that is no table (a user's folder given as a table path) never is.
     """
     out_dir = Path(out_dir)
     mpath = out_dir / MANIFEST
@@ -40,6 +41,9 @@ def refuse_unreadable(out_dir: str | Path) -> None:
             raise TableError(f"{mpath}: {problem}; refusing to overwrite the table in {out_dir}: {aside}")
     elif out_dir.is_dir() and any(out_dir.glob("*.parquet")):
         raise TableError(f"{out_dir}: holds Parquet parts but no {MANIFEST}; refusing to overwrite it: {aside}")
+    elif out_dir.is_dir() and any(out_dir.iterdir()):
+        raise TableError(f"{out_dir}: is not a table (no {MANIFEST}) and is not empty; refusing to replace it: "
+                         "give a new or empty directory for the table")
 
 
 def read_manifest(path: str | Path, table: str | None = None) -> dict:

@@ -69,6 +69,6 @@ def upgrade_v1(table: pa.Table) -> pa.Table:
         conf = json.loads(r["config"]) if r["config"] else {}
         key = f"{r['model_id']}|{r['checkpoint_sha256']}|{r['created']}"
         rows.append({**r, "eval_id": hashlib.md5(key.encode()).hexdigest(), "run": r["model_id"], "config_key": "",
-                     "protocol": str(conf.get("protocol", "")), "activation": str(conf.get("activation", "")),
+                     "protocol": str(conf.get("protocol") or ""), "activation": str(conf.get("activation") or ""),
                      "code_version": "v1"})
     return SPEC.from_rows(rows)

@@ -55,6 +55,10 @@ class Catalog:
         return {**{t: self.dir(t) for t in MASK_TABLES},
                 "errors": [self.manifests[s]["tables"]["errors"]["dir"] for s in ERROR_STAGES]}
 
+    def error_hashes(self) -> list[str]:
+        """The content hashes of every stage's errors table (not part of the stages' own content hashes)."""
+        return [self.manifests[s]["tables"]["errors"]["content_hash"] for s in ERROR_STAGES]
+
     def training_tables(self) -> dict:
         return {t: self.dir(t) for t in TRAINING_TABLES}
 

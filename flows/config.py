@@ -32,7 +32,8 @@ class TrainPlan:
         for where, seeds in [("train.seeds", self.seeds), *((f"train.runs.{n}.seeds", r.get("seeds"))
                                                             for n, r in self.runs.items() if isinstance(r, dict))]:
             if seeds is not None and (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
-                                      or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds)):
+                                      or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                 for x in seeds)):
                 raise ConfigError(f"config {where}: {seeds!r}: a non-empty list of distinct integers >= 0 expected")
         if not all(isinstance(r, dict) for r in self.runs.values()):
             raise ConfigError(f"config train.runs: a mapping of run name -> training section, not {self.runs!r}")

@@ -98,8 +98,9 @@ def _validate(p: Plan) -> dict:
     from flows.tasks import validate_task
 
     c = p.catalog
-    key = key_of("validate", *(c.hash(s) for s in ("captions", "parse", "ground", "masks")), p.cfg["validate"],
-                 code_version(*_validate_code(p)))
+    # the stages' content hashes cover their data tables, not their errors tables, which the gate also checks
+    key = key_of("validate", *(c.hash(s) for s in ("captions", "parse", "ground", "masks")),
+                 *c.error_hashes(), p.cfg["validate"], code_version(*_validate_code(p)))
     return p.runner.call("validate", validate_task, p.runner.dir("validate", key), key, tables=c.mask_tables(),
                          params=p.cfg["validate"]["params"])
 

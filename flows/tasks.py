@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -172,14 +173,22 @@ def evaluate_task(label: str, run: dict | None, eval_cfg: dict, out: str, key: s
         return read_back(out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = from_dict(EvalConfig, eval_cfg, "evaluate.settings", model=run["arch"], checkpoint=run["export_pt"])
-    res = evaluate(cfg, list(cfg.roots), run=label)
-    res["label"] = label
-    if probe_cfg is not None:
-        from model.probes import ProbeConfig, probe
+    results = out / "results.json"
+    if results.is_file():
+        # an attempt stopped after its evaluation (written whole, below) but before its stage record: the same
+        # key, so the same evaluation; appended once (by its eval_id), not evaluated and appended again
+        res = json.loads(results.read_text())
+    else:
+        res = evaluate(cfg, list(cfg.roots), run=label)
+        res["label"] = label
+        if probe_cfg is not None:
+            from model.probes import ProbeConfig, probe
 
-        res["probes"] = probe(run["arch"], run["export_pt"], ProbeConfig(world=probe_cfg["world"]),
-                              run.get("checkpoint"), probe_cfg["tables"])
-    (out / "results.json").write_text(json.dumps(res, indent=2, default=str))
+            res["probes"] = probe(run["arch"], run["export_pt"], ProbeConfig(world=probe_cfg["world"]),
+                                  run.get("checkpoint"), probe_cfg["tables"])
+        tmp = out / ".results.json.tmp"
+        tmp.write_text(json.dumps(res, indent=2, default=str))
+        os.replace(tmp, results)
     append_results(history, res, cfg)
     get_run_logger().info("evaluate %s: %s (eval_id %s, appended to %s)", label,
                           {b: {k: round(v, 4) for k, v in r["groups"].items() if isinstance(v, float)}

@@ -120,13 +120,15 @@ def cmd_captions(args) -> int:
     out = Path(args.out)
     m = captions_stage(cfg, out)
     _print_manifests(m)
+    # this stage's errors (the errors table also keeps the other stages' rows of an --out used before)
     reasons = m["captions"].get("summary", {}).get("error_reasons", {})
-    print(f"errors: {m['errors']['rows']} " + ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())))
+    n_errors = sum(reasons.values())
+    print(f"errors: {n_errors} " + ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())))
     root = captions_image_root(cfg, out)
-    if m["captions"]["rows"] == 0 and reasons.get("missing_image", 0) == m["errors"]["rows"] > 0:
+    if m["captions"]["rows"] == 0 and reasons.get("missing_image", 0) == n_errors > 0:
         hint = "" if args.image_root or cfg.source in ("coco", "webdataset") else \
             " (the file's folder: pass --image-root DIR where its image paths start)"
-        print(f"macco captions: none of the {m['errors']['rows']} captions' images was found under {root}{hint}",
+        print(f"macco captions: none of the {n_errors} captions' images was found under {root}{hint}",
               file=sys.stderr)
         return 2
     print(f"image root: {root}   (next: macco parse {out / 'captions'} --out {out})")
@@ -191,7 +193,7 @@ def cmd_parse(args) -> int:
     cfg = config_from_args(ParseConfig, args, PARSE_FLAGS, "macco parse")
     official = _official_rows(Path(args.captions).parent) if cfg.parser == "official" else None
     manifests = parse_stage(cfg, read.rows, out, official=official)
-    if read.errors:
+    if not Path(args.captions).is_dir():  # a file's own bad items (none: an earlier file's rows go)
         manifests["errors"] = _add_input_errors(out / "errors", read.errors)
     _print_manifests(manifests)
     from pipeline.inspection import summarize

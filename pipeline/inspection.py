@@ -113,6 +113,14 @@ def check_read_only(sql: str) -> None:
     if len(statements) != 1:
         raise QueryRefused(f"one query at a time ({len(statements)} statements given)")
     kind = statements[0].type.name
+    if kind == "EXPLAIN":  # EXPLAIN ANALYZE runs its statement: only a SELECT may be explained
+        import re
+
+        inner = re.match(r"\s*explain\s+(?:analy[sz]e\s+)?(.*)", statements[0].query, re.IGNORECASE | re.DOTALL)
+        explained = duckdb.extract_statements(inner.group(1)) if inner else []
+        kind = explained[0].type.name if len(explained) == 1 else "EXPLAIN"
+        if kind == "EXPLAIN":
+            raise QueryRefused("EXPLAIN of this statement is refused: macco sql is read-only (it explains a select)")
     if kind not in READ_ONLY_STATEMENTS:
         raise QueryRefused(f"{kind} statements are refused: macco sql is read-only (select, with, describe, show, "
                            "summarize and explain only)")

@@ -109,6 +109,9 @@ def tables(tmp_path):
     "pragma version",
     "install httpfs",
     "select 1; select 2",
+    # EXPLAIN ANALYZE runs its statement: the parts are the one path DuckDB lets a query touch
+    "explain analyze copy (select * from captions limit 1) to '{part}' (format parquet, use_tmp_file false)",
+    "/* a comment */ explain analyze copy (select 1) to '{part}' (format parquet, use_tmp_file false)",
 ])
 def test_sql_refuses_every_statement_that_writes_or_reaches_out(tables, tmp_path, capsys, statement):
     part = tables / "captions" / "part-00000.parquet"
@@ -209,3 +212,93 @@ def test_a_stage_whose_listed_files_are_gone_or_resized_is_not_done(tmp_path):
     (out / "train2014" / "1.jpg").write_bytes(b"x" * 11)
     shutil.rmtree(out / "train2014")
     assert not stage_done(out) and (out / STAGE_FILE).exists()
+
+
+# ---- review round: what a second reading of the data record found -----------------------------------------
+def test_an_append_never_replaces_a_folder_that_is_not_a_table(tmp_path):
+    """`--results-table artifacts` (a folder of the user's, tables in its subfolders) was replaced by a new table:
+    every file in it deleted. A non-empty folder without a manifest is refused, one line, untouched."""
+    from data_schemas import TableError
+    from model.benchmarks import EvalConfig, append_results
+
+    folder = tmp_path / "artifacts"
+    (folder / "runA").mkdir(parents=True)
+    (folder / "runA" / "results.json").write_text("{}")
+    (folder / "notes.md").write_text("mine")
+    with pytest.raises(TableError, match="is not a table .* refusing to replace it"):
+        append_results(folder, evaluation("base"), EvalConfig())
+    assert sorted(p.name for p in folder.rglob("*")) == ["notes.md", "results.json", "runA"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    append_results(empty, evaluation("base"), EvalConfig())  # an empty folder becomes the table
+    assert len(read_table(TABLES["eval_results"], empty)) == 2
+
+
+def test_a_retried_append_of_one_evaluation_adds_its_rows_once(tmp_path):
+    """A flow stopped between the history append and its stage record redid the evaluation and appended it
+    again: now the evaluation is read back and its eval_id appended once."""
+    from model.benchmarks import EvalConfig, append_results
+
+    table, ev = tmp_path / "eval_results", evaluation("macco-s0")
+    append_results(table, ev, EvalConfig())
+    append_results(table, ev, EvalConfig())
+    append_results(table, evaluation("macco-s0"), EvalConfig())  # a new evaluation of the same run: added
+    rows = read_table(TABLES["eval_results"], table).to_pylist()
+    assert len(rows) == 4 and sum(r["eval_id"] == ev["eval_id"] for r in rows) == 2
+
+
+def test_an_evaluate_stopped_before_its_stage_record_appends_once_when_resumed(tmp_path, monkeypatch):
+    """The flow's evaluate task killed after the append (before write_stage): the rerun reads its results.json
+    back, appends nothing new, and completes the stage."""
+    import flows.tasks as tasks
+    import model.benchmarks as benchmarks
+
+    calls = []
+
+    def fake_evaluate(cfg, roots, run):
+        calls.append(run)
+        res = evaluation(run)
+        res["benchmarks"]["sugarcrepe"]["groups"] = {"avg": 0.5}
+        return res
+
+    monkeypatch.setattr(benchmarks, "evaluate", fake_evaluate)
+    monkeypatch.setattr(tasks, "get_run_logger", lambda: __import__("logging").getLogger("test"))
+    real_write_stage = tasks.write_stage
+    monkeypatch.setattr(tasks, "write_stage", lambda out, m: (_ for _ in ()).throw(KeyboardInterrupt()))
+    out, history = tmp_path / "evaluate" / "k", str(tmp_path / "eval_results")
+    run = {"arch": "macco-micro", "export_pt": str(tmp_path / "export.pt")}
+    fn = tasks.evaluate_task.fn
+    with pytest.raises(KeyboardInterrupt):
+        fn("macco-s0", run, {}, str(out), "k", history)
+    monkeypatch.setattr(tasks, "write_stage", real_write_stage)
+    done = fn("macco-s0", run, {}, str(out), "k", history)
+    rows = read_table(TABLES["eval_results"], history).to_pylist()
+    assert calls == ["macco-s0"] and len(rows) == 2 and {r["eval_id"] for r in rows} == {done["eval_id"]}
+
+
+def test_a_finalize_killed_after_carrying_rows_does_not_carry_them_twice(tmp_path, monkeypatch):
+    """A sharded errors table replacing one stage's rows writes the other stages' rows as an extra part; killed
+    before the rename, that part stayed in .partial and the resumed finalize carried the rows again."""
+    import data_schemas._io as io
+    from data_schemas._io import ShardedTableWriter
+
+    spec, d = TABLES["errors"], tmp_path / "errors"
+    row = dict(stage="captions", item_id="img-1", reason="missing_image", message="no file")
+    write_table(spec, d, spec.from_rows([row]))
+    w = ShardedTableWriter(spec, d, 1)
+    w.write_shard(0, spec.from_rows([{**row, "stage": "parse", "reason": "empty_caption"}]))
+    real = io._part_info
+    state = {"killed": False}
+
+    def die_once(parts):
+        if not state["killed"]:
+            state["killed"] = True
+            raise KeyboardInterrupt()
+        return real(parts)
+
+    monkeypatch.setattr(io, "_part_info", die_once)
+    with pytest.raises(KeyboardInterrupt):
+        w.finalize(replaces={"stage": ["parse"]})
+    ShardedTableWriter(spec, d, 1).finalize(replaces={"stage": ["parse"]})
+    rows = read_table(spec, d).to_pylist()
+    assert sorted(r["stage"] for r in rows) == ["captions", "parse"]

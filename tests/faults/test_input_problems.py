@@ -208,3 +208,53 @@ def test_coco_json_with_duplicate_annotation_ids_is_refused_as_jsonl_is(tmp_path
                                                 for c in (CAPTION, "x")))
     assert main(["parse", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "o")]) == 2
     assert "line 2: id 7 already used at line 1" in one_line_error(capsys, "parse")
+
+
+def test_parse_of_a_clean_file_drops_an_earlier_files_input_errors(tmp_path, capsys):
+    """`macco parse FILE --out P` replaces P/captions with FILE's rows: the captions-stage errors of the file
+    parsed there before are not FILE's and go with it (parse's own rows are rewritten as always)."""
+    png(tmp_path / "a.png")
+    good = json.dumps({"id": 2, "image_id": 1, "caption": CAPTION, "file_name": "a.png"})
+    (tmp_path / "bad.jsonl").write_bytes(b'{"id": 1, "image_id": 1, "caption": "caf\xe9"}\n' + good.encode() + b"\n")
+    (tmp_path / "good.jsonl").write_text(good + "\n")
+    for name, reasons in (("bad.jsonl", ["not_utf8"]), ("good.jsonl", [])):
+        assert main(["parse", str(tmp_path / name), "--images", str(tmp_path), "--out", str(tmp_path / "P"),
+                     "--model", "macco-micro"]) == 0
+        assert [e["reason"] for e in errors(tmp_path / "P") if e["stage"] == "captions"] == reasons, name
+    assert "errors: 0" in capsys.readouterr().out
+
+
+def test_captions_into_a_used_folder_counts_its_own_errors(tmp_path, capsys):
+    """`macco captions` printed the errors table's row count, other stages' rows included, and its 'no image
+    found' check compared this stage's missing images with that count."""
+    png(tmp_path / "a.png")
+    (tmp_path / "d.tsv").write_text("filepath\ttitle\nnope.png\ta red circle\n")
+    spec = TABLES["errors"]
+    write_table(spec, tmp_path / "T" / "errors",
+                spec.from_rows([dict(stage="parse", item_id="9", reason="empty_caption", message="x")]))
+    assert main(["captions", str(tmp_path / "d.tsv"), "--source", "csv", "--out", str(tmp_path / "T")]) == 2
+    cap = capsys.readouterr()
+    assert "errors: 1 missing_image=1" in cap.out and "none of the 1 captions' images" in cap.err
+
+
+@pytest.mark.parametrize("seeds", [[-1], [0, -3]])
+def test_a_runs_own_negative_seed_is_one_line_as_the_flows_is(seeds):
+    from data_schemas.config import ConfigError
+    from flows.config import TrainPlan
+
+    with pytest.raises(ConfigError, match=r"train.runs.m.seeds: .* integers >= 0"):
+        TrainPlan(runs={"m": {"mode": "macco", "seeds": seeds}})
+
+
+def test_a_version_1_rows_null_protocol_reads_the_same_upgraded_and_in_the_view(tmp_path, capsys):
+    """The view maps a null protocol to '' and the upgrade wrote 'None': one history, two spellings."""
+    from data_schemas.eval_results import LEGACY_SPEC, upgrade_v1
+
+    old = [dict(benchmark="aro", subset="vg_relation", model_id="m", n=1, correct=1, accuracy=1.0, ties=0,
+                missing_images=0, checkpoint_sha256="s", config='{"protocol": null, "activation": null}',
+                created="2026-01-01T00:00:00Z")]
+    write_table(LEGACY_SPEC, tmp_path / "eval_results", LEGACY_SPEC.from_rows(old))
+    assert main(["sql", "select protocol, activation from eval_results", "--root", str(tmp_path), "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [","]
+    [row] = upgrade_v1(LEGACY_SPEC.from_rows(old)).to_pylist()
+    assert (row["protocol"], row["activation"]) == ("", "")

@@ -64,3 +64,29 @@ def test_flow_file_loads_as_a_deployment_worker_loads_it():
     assert module.macco_pipeline.name == "macco"
     clash = {p.stem for p in (REPO / "flows").glob("*.py")} & {p.stem for p in (REPO / "pipeline").glob("*.py")}
     assert clash <= {"__init__"}, clash
+
+
+def test_the_validate_key_covers_every_stages_errors_table():
+    """The stages' content hashes cover their data tables only; the gate checks their errors tables too, so a
+    change in error rows alone must not reuse an earlier validation."""
+    from flows.catalog import ERROR_STAGES, Catalog
+    from flows.nodes import Plan, _validate
+
+    def key_with(errors_hash: str) -> str:
+        manifests = {s: {"content_hash": f"data-{s}", "tables": {
+            "errors": {"dir": f"/e/{s}", "content_hash": errors_hash if s == "parse" else f"err-{s}"},
+            **{t: {"dir": f"/t/{t}"} for t in ("captions", "scene_graphs", "token_masks", "regions",
+                                                "patch_masks")}}} for s in ERROR_STAGES}
+        seen = {}
+
+        class Runner:
+            def dir(self, stage, key):
+                return Path("/v") / key
+
+            def call(self, stage, task, out, key, **kw):
+                seen["key"] = key
+
+        _validate(Plan({"validate": {"params": {}}}, Runner(), Catalog(manifests)))
+        return seen["key"]
+
+    assert key_with("a") == key_with("a") and key_with("a") != key_with("b")
