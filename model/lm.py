@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .masked import _embed_text
+from .masked import _embed_text, supports_trimmed_text
 
 
 def lm_vocabulary(token_masks: str | Path, captions: str | Path, split: str | None) -> list[int]:
@@ -42,6 +42,9 @@ class LMTask(nn.Module):
         super().__init__()
         if not vocab_ids:
             raise ValueError("mode lm: no training caption tokens to model")
+        if not supports_trimmed_text(clip):
+            raise ValueError(f"mode lm: needs a causal CLIP text tower (open_clip CLIP, EOT pooling); the model is a "
+                             f"{type(clip).__name__} (e.g. SigLIP's bidirectional text tower has no next-token order)")
         self.clip = clip
         width = clip.ln_final.normalized_shape[0]
         self.lm_head = nn.Linear(width, len(vocab_ids))
@@ -49,6 +52,7 @@ class LMTask(nn.Module):
         index = torch.full((int(max(vocab_ids)) + 1,), -1, dtype=torch.long)
         index[self.vocab_ids] = torch.arange(len(vocab_ids))
         self.register_buffer("index", index, persistent=False)  # token id -> its row of the head
+        self._host_index = index.clone()  # the same on the CPU: the loop checks a batch before it is on the device
         for p in clip.parameters():
             p.requires_grad_(False)
         for m in (clip.token_embedding, clip.transformer, clip.ln_final):
@@ -64,20 +68,34 @@ class LMTask(nn.Module):
         attn_mask = clip.attn_mask[:L, :L] if clip.attn_mask is not None else None
         return clip.ln_final(clip.transformer(x, attn_mask=attn_mask))
 
-    def sizes_for(self, batch: dict) -> None:
-        return None  # no shapes to precompute (``MaccoTask.sizes_for``)
-
-    def forward(self, batch: dict[str, torch.Tensor], stats: bool = True, sizes=None) -> dict[str, torch.Tensor]:
-        """The training tasks' signature: the batch's ``text`` -> the next-token term."""
-        text = batch["text"]
+    @staticmethod
+    def _targets(text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the positions that predict a token [B, L-1] bool, those tokens): every position up to the EOT."""
         eot = text.argmax(dim=-1)  # the end-of-text token has the largest id
         pos = torch.arange(text.shape[1] - 1, device=text.device)
-        valid = pos.unsqueeze(0) < eot.unsqueeze(1)  # position t predicts token t + 1, up to the EOT
-        h = self.token_features(text)[:, :-1][valid]
-        target = text[:, 1:][valid]
-        rows = self.index[target.clamp(max=len(self.index) - 1)]
-        if (rows < 0).any() or (target >= len(self.index)).any():
+        valid = pos.unsqueeze(0) < eot.unsqueeze(1)  # position t predicts token t + 1
+        return valid, text[:, 1:][valid]
+
+    @staticmethod
+    def _check_vocabulary(target: torch.Tensor, index: torch.Tensor) -> None:
+        if (target >= len(index)).any() or (index[target.clamp(max=len(index) - 1)] < 0).any():
             raise ValueError("mode lm: a caption token is outside the vocabulary of the training captions")
+
+    def sizes_for(self, batch: dict) -> list:
+        """The (host) batch's next tokens checked against the head's vocabulary, on the CPU (no shapes to
+        precompute, ``MaccoTask.sizes_for``): ``forward`` given this answer does not check them again."""
+        self._check_vocabulary(self._targets(batch["text"])[1], self._host_index)
+        return []
+
+    def forward(self, batch: dict[str, torch.Tensor], stats: bool = True, sizes=None) -> dict[str, torch.Tensor]:
+        """The training tasks' signature: the batch's ``text`` -> the next-token term. ``sizes`` None (called
+        outside the loop, which passes ``sizes_for``'s answer): the tokens are checked here."""
+        text = batch["text"]
+        valid, target = self._targets(text)
+        if sizes is None:
+            self._check_vocabulary(target, self.index)
+        h = self.token_features(text)[:, :-1][valid]
+        rows = self.index[target]
         logits = self.lm_head(h).float()
         terms = {"lm_loss": F.cross_entropy(logits, rows)}
         terms["total_loss"] = terms["lm_loss"]

@@ -77,14 +77,21 @@ def token_and_eot_features(model, tokenizer, texts: list[str], batch_size: int =
                            device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
     """(the mean of each caption's word-token features, its normalised EOT feature), from the text tower."""
     from .masked import encode_text_tokens
+    from .siglip import is_siglip_text
 
+    # CLIP's BPE: the words sit between the start token and the EOT (the largest id). A SigLIP tokenizer has no
+    # start token, and its end and padding ids are small: the words are the ids an empty caption does not have
+    special = None if not is_siglip_text(model) else tokenizer([""]).to(device).unique()
     toks, eots = [], []
     for i in range(0, len(texts), batch_size):
         t = tokenizer(texts[i:i + batch_size]).to(device)
         x, g = encode_text_tokens(model, t)
-        eot = t.argmax(dim=-1)
-        pos = torch.arange(t.shape[1], device=device)
-        words = ((pos > 0) & (pos.unsqueeze(0) < eot.unsqueeze(1))).float().unsqueeze(-1)
+        if special is None:
+            pos = torch.arange(t.shape[1], device=device)
+            words = (pos > 0) & (pos.unsqueeze(0) < t.argmax(dim=-1).unsqueeze(1))
+        else:
+            words = ~torch.isin(t, special)
+        words = words.float().unsqueeze(-1)
         toks.append(((x.float() * words).sum(1) / words.sum(1).clamp(min=1)).cpu().numpy())
         eots.append(torch.nn.functional.normalize(g.float(), dim=-1).cpu().numpy())
     return np.concatenate(toks), np.concatenate(eots)
@@ -93,8 +100,8 @@ def token_and_eot_features(model, tokenizer, texts: list[str], batch_size: int =
 def bigram_shift_probe(model, tokenizer, captions: list[str], cfg) -> dict:
     """Does the text tower know word order? Out-of-fold accuracy (50 % chance) of a logistic probe telling a
     held-out caption from its BigramShift, from (a) the mean of its word-token features, (b) its EOT feature; a
-    caption and its shift are always in the same fold. ``cfg``: a ``model.probes.ProbeConfig`` (seed, folds,
-    batch size, device)."""
+    caption and its shift are always in the same fold, as are the copies of a repeated caption. ``cfg``: a
+    ``model.probes.ProbeConfig`` (seed, folds, batch size, device)."""
     import random
 
     from sklearn.linear_model import LogisticRegression
@@ -106,7 +113,9 @@ def bigram_shift_probe(model, tokenizer, captions: list[str], cfg) -> dict:
     pairs = [(c, s) for c in captions if (s := bigram_shift(c, rng)) is not None]
     texts = [t for p in pairs for t in p]
     labels = np.tile([0, 1], len(pairs))
-    groups = np.repeat(np.arange(len(pairs)), 2)
+    # one group per caption text (the world's captions repeat): a text and its shift never straddle two folds
+    index: dict[str, int] = {}
+    groups = np.repeat([index.setdefault(c, len(index)) for c, _ in pairs], 2)
     tok, eot = token_and_eot_features(model, tokenizer, texts, cfg.batch_size, cfg.device)
     out = {"bigram_shift_n": len(pairs)}
     for name, X in (("tokens", tok), ("eot", eot)):

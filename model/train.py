@@ -287,8 +287,8 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None,
     """Train one run; returns its summary (and on rank 0 writes the final checkpoint and the export). ``on_log``
     gets every logged row with ``total_steps``, ``samples_per_s`` and ``eta_s`` added; ``on_note`` (default: this
     module's log) one line saying what the run starts from (``model.weights_note``: a resumed checkpoint, a
-    weights file, a random initialisation). Process-wide settings (allocator, TF32) are the launcher's:
-    ``model.runtime.apply_process_settings``."""
+    weights file, a random initialisation). TF32 is the run's (``cfg.tf32``), set for its duration and restored
+    after it; the allocator setting is the launcher's (``model.runtime.apply_process_settings``)."""
     from .runtime import tf32
 
     with tf32(cfg.tf32 and torch.cuda.is_available() and cfg.device != "cpu"):

@@ -148,9 +148,16 @@ def step_bench(arch: str, mode: str, batch: int, steps: int, warmup: int, precis
 
 
 def _train_grid(emit: Emit, size: dict, device: str, grid, compile_: bool) -> None:
-    from model.runtime import apply_process_settings
+    import torch
 
-    apply_process_settings(True, device)  # TF32 on CUDA, as the launcher
+    from model.runtime import apply_process_settings, tf32
+
+    apply_process_settings(True, device)
+    with tf32(torch.cuda.is_available() and device != "cpu"):  # as a training run (TrainConfig.tf32 on)
+        _train_rows(emit, size, device, grid, compile_)
+
+
+def _train_rows(emit: Emit, size: dict, device: str, grid, compile_: bool) -> None:
     for precision, mode in grid:
         what = f"{mode} {precision}{' compiled' if compile_ else ''}"
         try:

@@ -154,12 +154,13 @@ def run_benchmark(enc: Encoder, name: str, root: str | Path, cfg: EvalConfig) ->
     settings: dict = common_settings(root, cfg, enc)
     if b.run is not None:  # a direct benchmark: its own scoring
         return b.run(mod, enc, root, cfg, settings)
-    from .scoring import score_cases, tally
+    from .scoring import check_missing, score_cases, tally
 
     cases = b.load(mod, root, cfg)
     expected = b.expected(mod, root) if b.expected else {}  # group -> files it averages (the completeness rule)
     settings.update(b.settings(mod, root, cfg) if b.settings else {})
     check_complete(name, expected, {c.subset for c in cases}, cfg.allow_partial)  # before the encoding
+    check_missing(name, [c.image for c in cases if not Path(c.image).is_file()], len(cases), cfg.allow_missing)
     scores = score_cases(enc, cases)
     res = tally(cases, scores, cfg.allow_missing, name)
     # a file none of whose cases could be scored (every image missing) counts as missing from its groups
@@ -252,11 +253,13 @@ def result_rows(out: dict, cfg: EvalConfig) -> list[dict]:
 
 def append_results(table_dir: str | Path, out: dict, cfg: EvalConfig) -> dict:
     """Append one evaluation's rows to the ``eval_results`` history in ``table_dir`` (one new part; concurrent
-    writers take turns, every row is kept; a version-1 table is upgraded first, its rows kept). A table that
-    cannot be read (damaged part, bad manifest) is an error, never replaced."""
+    writers take turns, every row is kept; a version-1 table is upgraded first, its rows kept). An evaluation
+    whose ``eval_id`` the table holds already adds nothing (a retried append). A table that cannot be read
+    (damaged part, bad manifest) is an error, never replaced."""
     from data_schemas import TABLES, append_table
     from data_schemas.eval_results import LEGACY_SPEC, upgrade_v1
 
     spec = TABLES["eval_results"]
     return append_table(spec, table_dir, spec.from_rows(result_rows(out, cfg)), config={"append": True},
-                        code_version=out["code_version"], legacy={1: (LEGACY_SPEC, upgrade_v1)})
+                        code_version=out["code_version"], legacy={1: (LEGACY_SPEC, upgrade_v1)},
+                        once=("eval_id", out["eval_id"]))

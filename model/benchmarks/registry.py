@@ -112,6 +112,13 @@ def _zeroshot(mod, enc, root: Path, cfg, settings: dict) -> dict:
     return {"subsets": {"zeroshot": r}, "groups": {"top1": r["top1"]}, "settings": settings}
 
 
+def _valse_settings(mod, root: Path, cfg) -> dict:
+    """MACCO's probing_data is filtered already: the valid-only filter applies to the original layout only."""
+    layout = mod.layout_of(root)
+    return {"valid_only": "pre-filtered (probing_data)" if layout == "macco" else cfg.valse_valid_only,
+            "layout": layout, "image_roots": dict(cfg.valse_image_roots)}
+
+
 def _winoground(mod, enc, root: Path, cfg, settings: dict) -> dict:
     """Full set, and with ``winoground_clean_ids`` the clean subset (``clean_text`` / ``clean_image`` / ...)."""
     from ..export import file_sha256
@@ -119,8 +126,10 @@ def _winoground(mod, enc, root: Path, cfg, settings: dict) -> dict:
     from .scoring import check_missing
 
     examples = mod.load(root)
+    check_missing("winoground", [f"example {i}" for i in mod.missing_ids(root, examples)], len(examples),
+                  cfg.allow_missing)  # before the encoding
     r = mod.evaluate(enc, root, examples)
-    check_missing("winoground", [f"example {i}" for i in r.pop("missing_ids")], len(examples), cfg.allow_missing)
+    r.pop("missing_ids")
     subsets, g = {"winoground": r}, {k: r[k] for k in ("text", "image", "group")}
     if cfg.winoground_clean_ids:
         ids = mod.load_clean_ids(cfg.winoground_clean_ids)
@@ -165,8 +174,7 @@ _RECORDS = (
     Benchmark("valse", "valse", "data/<piece>.json + images/<dataset>/, or MACCO's probing_data/<piece>.json",
               load=lambda mod, root, cfg: mod.load(root, cfg.valse_image_roots, cfg.valse_valid_only),
               expected=_group_files,
-              settings=lambda mod, root, cfg: {"valid_only": cfg.valse_valid_only, "layout": mod.layout_of(root),
-                                               "image_roots": dict(cfg.valse_image_roots)},
+              settings=_valse_settings,
               groups=lambda mod, cases, scores, res, cfg: (mod.groups(res), {}),
               report_groups=lambda mod, case, cfg, excluded, counts: ["avg"]),
     Benchmark("whatsup", "whatsup", "the Controlled / QA JSONs + images",

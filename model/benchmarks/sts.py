@@ -113,7 +113,8 @@ def find_splits(root: Path) -> dict[str, dict[str, tuple[list, dict]]]:
     for d in SICK_DIRS:
         base = root / d
         if (base / SICK_SPLIT_FILES["test"]).is_file():
-            out["sick-r"] = {sp: read_sick(base / f) for sp, f in SICK_SPLIT_FILES.items() if (base / f).is_file()}
+            out["sick-r"] = {sp: read_sick(base / f, sp) for sp, f in SICK_SPLIT_FILES.items()
+                             if (base / f).is_file()}
             break
         if (base / "SICK.txt").is_file():
             full = {sp: read_sick(base / "SICK.txt", sp) for sp in ("train", "dev", "test")}
@@ -158,12 +159,18 @@ def relatedness_regression(train: tuple[np.ndarray, np.ndarray], dev: tuple[np.n
     batch 64; rounds of 50 epochs while at most ``max_epochs``; the round with the best dev Pearson is kept,
     training stops at the fourth round that does not beat it. Returns test pearson / spearman / mse, dev_pearson,
     epochs."""
+    import torch
+
+    with torch.random.fork_rng():  # SentEval's seed for this regression only: the process's RNG is left as it was
+        torch.manual_seed(seed)
+        return _fit_relatedness(train, dev, test, np.random.RandomState(seed), max_epochs)
+
+
+def _fit_relatedness(train, dev, test, rng, max_epochs: int) -> dict:
     import copy
 
     import torch
 
-    rng = np.random.RandomState(seed)
-    torch.manual_seed(seed)
     X, y = torch.from_numpy(train[0].astype(np.float32)), torch.from_numpy(encode_labels(train[1]))
     model = torch.nn.Sequential(torch.nn.Linear(X.shape[1], 5), torch.nn.Softmax(dim=-1))
     opt, loss_fn, r = torch.optim.Adam(model.parameters()), torch.nn.MSELoss(), np.arange(1, 6)

@@ -76,14 +76,27 @@ def clean_subset(examples: list[dict], ids: list[int], path: str | Path) -> list
     return [by_id[i] for i in ids]
 
 
+def _image(root: Path, name: str) -> Path:
+    p = root / "images" / f"{name}.png"
+    return p if p.exists() else root / "images" / name
+
+
+def _has_images(root: Path, e: dict) -> bool:
+    return _image(root, e["image_0"]).exists() and _image(root, e["image_1"]).exists()
+
+
+def missing_ids(root: str | Path, examples: list[dict]) -> list:
+    """The ids of the examples lacking an image file (what ``evaluate`` leaves out), checked before encoding."""
+    return [e["id"] for e in examples if not _has_images(Path(root), e)]
+
+
 def evaluate(enc, root: str | Path, examples: list[dict]) -> dict:
     root = Path(root)
 
     def img(name):
-        p = root / "images" / f"{name}.png"
-        return p if p.exists() else root / "images" / name
+        return _image(root, name)
 
-    present = [e for e in examples if img(e["image_0"]).exists() and img(e["image_1"]).exists()]
+    present = [e for e in examples if _has_images(root, e)]
     keys = [(str(img(e[f"image_{k}"])), None) for e in present for k in (0, 1)]
     I = enc.images(keys).reshape(len(present), 2, -1) if present else np.zeros((0, 2, 1))
     T = enc.texts([e[f"caption_{k}"] for e in present for k in (0, 1)]).reshape(len(present), 2, -1) \

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from model.benchmarks import BENCHMARKS, EvalConfig, evaluate
@@ -514,8 +515,13 @@ def test_sts_senteval_supervised_protocol_on_a_known_answer(tmp_path):
     assert s["cosine_spearman"] == pytest.approx(1.0)  # the cosine is monotone in the score by construction
     assert r["groups"]["sick-r_pearson"] == s["pearson"] and r["groups"]["sick-r_cosine_pearson"] == s["cosine_pearson"]
     assert r["settings"]["sick-r"]["protocol"] == "senteval (supervised) and cosine" and r["settings"]["seed"] == 1111
+    assert {sp: f["split"] for sp, f in r["settings"]["sick-r"]["files"].items()} == \
+        {"train": "TRAIN", "dev": "TRIAL", "test": "TEST"}  # each split file recorded as its own set
+    torch.manual_seed(7)
+    state = torch.get_rng_state()
     again = sts.evaluate(DictEncoder(txt=txt), tmp_path)["subsets"]["sick-r"]
     assert again["pearson"] == s["pearson"]  # seeded: the same numbers
+    assert torch.equal(torch.get_rng_state(), state)  # and the process's RNG left as it was
 
 
 def test_senteval_targets_and_early_stopping_rule():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -121,3 +122,54 @@ def test_tf32_is_set_for_a_run_and_restored_after_it(world, world_tables, tmp_pa
     with tf32(not before):
         assert torch.backends.cudnn.allow_tf32 is (not before)
     assert torch.backends.cudnn.allow_tf32 is before
+
+
+def test_bigram_shift_word_features_cover_exactly_the_words_on_a_siglip_tokenizer(tmp_path):
+    """A SigLIP folder's tokenizer has no start token and small end/padding ids: the word-token mean covers the
+    caption's word tokens (its ids before the end token), not positions 1..argmax as CLIP's BPE."""
+    import json
+
+    import open_clip
+
+    from model import CONFIG_DIR, create_clip, register_model_configs
+    from model.masked import encode_text_tokens
+    from model.probes_text import token_and_eot_features
+    from pipeline.siglip_folder import build_siglip_folder
+
+    register_model_configs()
+    caps = ["a red circle left of a blue square", "the green triangle is above the yellow star"]
+    folder = build_siglip_folder(caps * 20, tmp_path / "sig",
+                                 json.loads((CONFIG_DIR / "macco-siglip-tiny.json").read_text()),
+                                 context_length=32, vocab_size=200)
+    torch.manual_seed(0)
+    model, tok = create_clip(folder, None).eval(), open_clip.get_tokenizer(folder)
+    words = [len(tok.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in caps]
+    t = tok(caps)
+    assert t[0, 0] != 0 and t[0, 0] < t[0].max()  # no start token; an id past the words is the largest
+    got, _ = token_and_eot_features(model, tok, caps)
+    with torch.no_grad():
+        x, _ = encode_text_tokens(model, t)
+    want = np.stack([x[i, :n].float().mean(0).numpy() for i, n in enumerate(words)])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_lm_task_refuses_tokens_outside_its_vocabulary_and_a_bidirectional_tower():
+    """The head's vocabulary is the training captions': another caption's token is one line, checked on the host
+    batch in the loop (``sizes_for``) and in a direct call; a SigLIP text tower (no causal order) is refused."""
+    import open_clip
+
+    from model import register_model_configs
+    from model.lm import LMTask
+
+    register_model_configs()
+    clip = open_clip.create_model("macco-micro")
+    tok = open_clip.get_tokenizer("macco-micro")
+    seen = tok(["a red circle"])
+    task = LMTask(clip, sorted(set(seen[0].tolist()) - {0}))
+    assert task.sizes_for({"text": seen}) == [] and torch.isfinite(task({"text": seen}, sizes=[])["lm_loss"])
+    other = {"text": tok(["a blue square"])}
+    for call in (lambda: task.sizes_for(other), lambda: task(other)):
+        with pytest.raises(ValueError, match="outside the vocabulary of the training captions"):
+            call()
+    with pytest.raises(ValueError, match="mode lm: needs a causal CLIP text tower"):
+        LMTask(open_clip.create_model("macco-siglip-tiny"), [1, 2, 3])
