@@ -15,7 +15,7 @@ def main(images: int = 200) -> dict:
     import torch
     from PIL import Image
 
-    from model import register_model_configs
+    from model.factory import register_model_configs
     from model.benchmarks import aro, sugarcrepe
     from model.benchmarks.scoring import Encoder, score_cases
     from pipeline.world import WorldConfig, generate_world

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+from functools import lru_cache
 from pathlib import Path
 
 
+@lru_cache(maxsize=None)
 def module_closure(*roots: str) -> tuple[str, ...]:
     """``roots`` and every module of this repository they import, transitively (top-level, function-level and
     TYPE_CHECKING imports, read from the source): the modules whose code a stage's output depends on."""
@@ -46,11 +48,30 @@ def module_closure(*roots: str) -> tuple[str, ...]:
     return tuple(sorted(seen))
 
 
-def code_version(*modules: str) -> str:
-    """sha256 (12 hex) over the source files of ``modules`` (dotted names) - a stage's code version."""
+def file_sha256(path: str | Path) -> str:
+    """sha256 (hex) of a file's bytes, read in 1 MiB chunks: weights files, checkpoints, exports."""
     h = hashlib.sha256()
-    for name in sorted(modules):
-        mod = importlib.import_module(name)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def module_source(name: str) -> bytes:
+    """The source bytes of module ``name`` (dotted): what its code version hashes."""
+    return Path(importlib.import_module(name).__file__).read_bytes()
+
+
+def code_version(*modules: str) -> str:
+    """sha256 (12 hex) over the source files of ``modules`` (dotted names)."""
+    h = hashlib.sha256()
+    for name in sorted(set(modules)):
         h.update(name.encode())
-        h.update(Path(mod.__file__).read_bytes())
+        h.update(module_source(name))
     return h.hexdigest()[:12]
+
+
+def closure_version(*roots: str) -> str:
+    """A stage's code version: ``code_version`` over the import closure of its code roots (``module_closure``),
+    so every module it runs is covered and no list of modules is kept by hand."""
+    return code_version(*module_closure(*roots))

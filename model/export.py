@@ -9,23 +9,17 @@ colleagues sharing ``artifacts/`` could not load.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from data_schemas.provenance import file_sha256
+
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
 
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def export_clip(clip: nn.Module, arch: str, out_dir: str | Path, preprocess_cfg: dict | None = None,
@@ -36,7 +30,7 @@ def export_clip(clip: nn.Module, arch: str, out_dir: str | Path, preprocess_cfg:
 
     from data_schemas import apply_umask
 
-    from . import register_model_configs
+    from .factory import register_model_configs
 
     register_model_configs()
     source = Path(arch.removeprefix("local-dir:")) if arch.startswith("local-dir:") else None
@@ -67,15 +61,18 @@ def export_clip(clip: nn.Module, arch: str, out_dir: str | Path, preprocess_cfg:
           "std": list(open_clip.OPENAI_DATASET_STD), "interpolation": "bicubic", "resize_mode": "shortest",
           **own, **(preprocess_cfg or {})}
     weights = out_dir / "open_clip_model.safetensors"
-    tmp = weights.with_suffix(".tmp")
-    save_file(state, str(tmp))
-    apply_umask(tmp)
-    tmp.replace(weights)
+    _replace_with(weights, lambda tmp: save_file(state, str(tmp)))
     config = out_dir / "open_clip_config.json"
-    config.write_text(json.dumps(
-        {"model_cfg": model_cfg, "preprocess_cfg": pp, "macco": {"arch": arch, **(meta or {})}}, indent=2))
+    _replace_with(config, lambda tmp: tmp.write_text(json.dumps(
+        {"model_cfg": model_cfg, "preprocess_cfg": pp, "macco": {"arch": arch, **(meta or {})}}, indent=2)))
     pt = out_dir.with_suffix(".pt")
-    torch.save({"state_dict": state, "arch": arch}, pt)
-    for f in (config, pt):
-        apply_umask(f)
-    return {"dir": str(out_dir), "pt": str(pt), "sha256": file_sha256(weights), "keys": len(state)}
+    _replace_with(pt, lambda tmp: torch.save({"state_dict": state, "arch": arch}, tmp))
+    # sha256: the .pt's, the file a user passes as a checkpoint (and the evaluation history's checkpoint_sha256)
+    return {"dir": str(out_dir), "pt": str(pt), "sha256": file_sha256(pt),
+            "safetensors_sha256": file_sha256(weights), "keys": len(state)}
+
+
+def _replace_with(path: Path, write) -> None:
+    from data_schemas import replace_file
+
+    replace_file(path, write)

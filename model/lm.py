@@ -10,12 +10,13 @@ corpus, at a fraction of the 49,408-way cost. The export is the plain CLIP.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from .losses import LM_WEIGHTS, lm_loss, total_loss
 from .masked import _embed_text, supports_trimmed_text
 
 
@@ -37,6 +38,10 @@ class LMTask(nn.Module):
     """CLIP + a training-only next-token head on the text tower; loss = the mean cross-entropy of the next token
     at every position before the end-of-text token. Only the text tower (embeddings, blocks, ``ln_final``)
     trains."""
+    masks_text = masks_image = False  # model.training_task.TrainingTask
+    reads_text = True
+    logit_scale_max = math.log(100)
+
 
     def __init__(self, clip: nn.Module, vocab_ids: list[int]):
         super().__init__()
@@ -97,8 +102,8 @@ class LMTask(nn.Module):
         h = self.token_features(text)[:, :-1][valid]
         rows = self.index[target]
         logits = self.lm_head(h).float()
-        terms = {"lm_loss": F.cross_entropy(logits, rows)}
-        terms["total_loss"] = terms["lm_loss"]
+        terms = {"lm_loss": lm_loss(logits, rows)}
+        terms["total_loss"] = total_loss(terms, LM_WEIGHTS)
         if stats:
             with torch.no_grad():
                 terms["lm_acc"] = (logits.argmax(-1) == rows).float().mean()

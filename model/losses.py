@@ -19,6 +19,7 @@ pairs only, summed over B.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -28,10 +29,12 @@ from torch import nn
 
 @dataclass
 class LossWeights:
-    contrast: float = 1.0  # contrast_loss
-    intra_modal: float = 0.1  # intra_modal_contrast_loss
-    mask_text: float = 20.0  # text_reconstruction_loss (the field keeps its name: run configs set it)
-    mask_image: float = 250.0  # image_reconstruction_loss
+    """The weight of each loss term, named as the term (``loss_weights`` in a run's config: one name from the YAML
+    to the term; the paper's values)."""
+    contrast_loss: float = 1.0
+    intra_modal_contrast_loss: float = 0.1
+    text_reconstruction_loss: float = 20.0
+    image_reconstruction_loss: float = 250.0
 
 
 def contrast_loss(images: list[torch.Tensor], texts: list[torch.Tensor], scale: torch.Tensor,
@@ -262,32 +265,43 @@ def image_reconstruction_loss(rows: torch.Tensor, images: torch.Tensor, mask: to
 SCENE_WEIGHTS = {"presence_loss": 1.0, "position_loss": 10.0, "kind_loss": 1.0, "size_loss": 1.0}
 
 
-def scene_terms(out: torch.Tensor, targets: torch.Tensor, kinds: int,
-                weights: dict[str, float] = SCENE_WEIGHTS) -> dict[str, torch.Tensor]:
-    """``SceneTask``'s weighted terms from its head's output [B, C, 3 + K + S] and the targets [B, C, 6]
-    (``scene.SLOT_FIELDS``): presence BCE for every colour; for the colours that occur once, the centre's MSE (a
-    linear read-out, no squashing: what a linear probe of the embedding can find), the kind's and the size's CE."""
+def scene_terms(out: torch.Tensor, targets: torch.Tensor, kinds: int) -> dict[str, torch.Tensor]:
+    """``SceneTask``'s terms (unweighted, as every task's: ``total_loss`` weighs them with ``SCENE_WEIGHTS``) from
+    its head's output [B, C, 3 + K + S] and the targets [B, C, 6] (``scene.SLOT_FIELDS``): presence BCE for every
+    colour; for the colours that occur once, the centre's MSE (a linear read-out, no squashing: what a linear probe
+    of the embedding can find), the kind's and the size's CE."""
     present, unique = targets[..., 0], targets[..., 1] > 0
-    terms = {"presence_loss": weights["presence_loss"] * F.binary_cross_entropy_with_logits(out[..., 0], present)}
+    terms = {"presence_loss": F.binary_cross_entropy_with_logits(out[..., 0], present)}
     if unique.any():
         u, tu = out[unique], targets[unique]
-        terms["position_loss"] = weights["position_loss"] * F.mse_loss(u[:, 1:3], tu[:, 2:4])
-        terms["kind_loss"] = weights["kind_loss"] * F.cross_entropy(u[:, 3:3 + kinds], tu[:, 4].long())
-        terms["size_loss"] = weights["size_loss"] * F.cross_entropy(u[:, 3 + kinds:], tu[:, 5].long())
+        terms["position_loss"] = F.mse_loss(u[:, 1:3], tu[:, 2:4])
+        terms["kind_loss"] = F.cross_entropy(u[:, 3:3 + kinds], tu[:, 4].long())
+        terms["size_loss"] = F.cross_entropy(u[:, 3 + kinds:], tu[:, 5].long())
     else:
         zero = out.sum() * 0.0
         terms.update(position_loss=zero, kind_loss=zero, size_loss=zero)
     return terms
 
 
-def term_weights(w: LossWeights) -> dict[str, float]:
-    """The weight of each named loss term (the ``*_loss`` keys ``MaccoTask.forward`` returns)."""
-    return {"contrast_loss": w.contrast, "intra_modal_contrast_loss": w.intra_modal,
-            "text_reconstruction_loss": w.mask_text, "image_reconstruction_loss": w.mask_image}
+# ---- the language-model stage of a base (model.lm) ------------------------------------------------------------
+LM_WEIGHTS = {"lm_loss": 1.0}
 
 
-def total_loss(terms: dict[str, torch.Tensor], w: LossWeights) -> torch.Tensor:
-    """The weighted sum of the ``*_loss`` keys of ``terms`` (the other keys are statistics); a term without a
-    weight in ``term_weights`` is an error, not silently left out."""
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``LMTask``'s term: the mean cross-entropy of the next token (``logits`` [n, V] at the n positions before
+    the end-of-text tokens, ``targets`` [n] their rows of the head's vocabulary)."""
+    return F.cross_entropy(logits.float(), targets)
+
+
+# ---- the total: one convention for every task --------------------------------------------------------------------
+def term_weights(w: LossWeights | dict[str, float]) -> dict[str, float]:
+    """The weight of each named loss term (the ``*_loss`` keys a task's ``forward`` returns)."""
+    return dict(w) if isinstance(w, dict) else dataclasses.asdict(w)
+
+
+def total_loss(terms: dict[str, torch.Tensor], w: LossWeights | dict[str, float]) -> torch.Tensor:
+    """The weighted sum of the ``*_loss`` keys of ``terms`` (the other keys are statistics); every task returns its
+    terms unweighted and its total through here (MACCO: ``LossWeights``; scene: ``SCENE_WEIGHTS``; lm:
+    ``LM_WEIGHTS``). A term without a weight is an error, not silently left out."""
     weights = term_weights(w)
     return sum(weights[k] * v for k, v in terms.items() if k.endswith("_loss") and k != "total_loss")

@@ -252,7 +252,7 @@ def held_out_mask_rows(tables: dict[str, str | Path], splits=HELD_OUT) -> list[d
 def load_training_task(train_checkpoint: str | Path, device: str = "cpu"):
     """(training task of a run's checkpoint: CLIP + predictors + mask tokens, its TrainConfig), or (None, cfg)
     for a run that is not a MaccoTask (mode scene or lm)."""
-    from . import resolve_arch
+    from .factory import resolve_arch
     from .train import build_task, load_config
 
     ck = torch.load(train_checkpoint, map_location="cpu", weights_only=True)
@@ -274,7 +274,7 @@ def term_gradient_norms(task, batch: dict) -> dict[str, dict[str, float]]:
     image tower's parameters (which term drives each tower; the logit scale is left out)."""
     from .losses import term_weights
 
-    weights = term_weights(task.cfg.weights)
+    weights = term_weights(task.cfg.loss_weights)
     towers = {"text": [], "image": []}
     for name, p in task.clip.named_parameters():
         if p.requires_grad and name != "logit_scale":

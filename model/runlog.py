@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import sys
 import time
 from dataclasses import asdict
@@ -51,13 +50,16 @@ def keep_rows_through(metrics: Path, step: int) -> None:
         reader = csv.DictReader(f)
         rows = [r for r in reader if int(r["step"]) <= step]
         header = reader.fieldnames
-    tmp = metrics.with_name(metrics.name + ".tmp")
-    with tmp.open("w", newline="") as f:
-        if header:
-            w = csv.DictWriter(f, fieldnames=header)
-            w.writeheader()
-            w.writerows(rows)
-    os.replace(tmp, metrics)
+    from data_schemas import replace_file
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as f:
+            if header:
+                w = csv.DictWriter(f, fieldnames=header)
+                w.writeheader()
+                w.writerows(rows)
+
+    replace_file(metrics, write)
 
 
 class RunLog:

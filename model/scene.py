@@ -13,6 +13,7 @@ its vocabulary ``world.json`` beside it; ``model`` reads the files and never imp
 """
 from __future__ import annotations
 
+import math
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .losses import SCENE_WEIGHTS, scene_terms
+from .losses import SCENE_WEIGHTS, scene_terms, total_loss
 from .masked import tower_shapes
 
 # per colour slot: present, unique, centre x, centre y (in [0, 1] of the image), kind index, size index
@@ -97,6 +98,9 @@ class SceneTask(nn.Module):
     """CLIP + training-only linear heads on the global image embedding; the loss is ``losses.scene_terms``
     (presence, and for colours that occur once centre, kind and size; weights ``losses.SCENE_WEIGHTS``). Only the
     image tower is trained."""
+    masks_text = masks_image = reads_text = False  # model.training_task.TrainingTask
+    logit_scale_max = math.log(100)
+
 
     def __init__(self, clip: nn.Module, vocab: SceneVocab, weights: dict[str, float] | None = None):
         super().__init__()
@@ -120,8 +124,8 @@ class SceneTask(nn.Module):
         z = self.clip.encode_image(images)
         out = self.scene_head(z).float().view(-1, C, 1 + 2 + K + S)
         present, unique = targets[..., 0], targets[..., 1] > 0
-        terms = scene_terms(out, targets, K, self.weights)
-        terms["total_loss"] = sum(terms.values())
+        terms = scene_terms(out, targets, K)
+        terms["total_loss"] = total_loss(terms, self.weights)
         if stats:
             with torch.no_grad():
                 terms["presence_acc"] = ((out[..., 0] > 0).float() == present).float().mean()

@@ -37,21 +37,21 @@ class MaccoConfig:
     image_cross_layers: int | None = TrainConfig.image_cross_layers  # None: 3 for B/32 and tiny, 6 for B/16, L/14
     text_self_layers: int = 0
     image_self_layers: int = 0
-    heads: int | None = TrainConfig.predictor_heads  # None: 8 as the reference (width >= 256), one per 32 channels
-    weights: LossWeights = field(default_factory=LossWeights)
+    predictor_heads: int | None = TrainConfig.predictor_heads  # None: 8 as the reference (width >= 256), 1 per 32 ch.
+    loss_weights: LossWeights = field(default_factory=LossWeights)
     mca: bool = TrainConfig.mca  # masked samples as extra contrastive negatives (off: the contrast sees full pairs)
     mir: bool = TrainConfig.mir  # the intra-modal masked-vs-full contrast (off: no MIR term)
 
     @classmethod
     def from_train(cls, cfg: TrainConfig) -> "MaccoConfig":
         return cls(mode=cfg.mode, hardneg=cfg.hardneg, text_cross_layers=cfg.text_cross_layers,
-                   image_cross_layers=cfg.image_cross_layers, heads=cfg.predictor_heads,
-                   weights=LossWeights(**cfg.loss_weights), mca=cfg.mca, mir=cfg.mir)
+                   image_cross_layers=cfg.image_cross_layers, predictor_heads=cfg.predictor_heads,
+                   loss_weights=LossWeights(**cfg.loss_weights), mca=cfg.mca, mir=cfg.mir)
 
     def __post_init__(self):
         check_choices(self, "macco config")
-        if isinstance(self.weights, dict):
-            self.weights = LossWeights(**self.weights)
+        if isinstance(self.loss_weights, dict):
+            self.loss_weights = LossWeights(**self.loss_weights)
 
     @property
     def masks_text(self) -> bool:
@@ -90,6 +90,10 @@ def predictor_heads(width: int) -> int:
 
 
 class MaccoTask(nn.Module):
+    """MACCO (and CLIP-FT and the ablations): CLIP + mask tokens + the text and image predictors; a
+    ``model.training_task.TrainingTask``."""
+    reads_text = True
+
     def __init__(self, clip: nn.Module, cfg: MaccoConfig, large_backbone: bool = False):
         super().__init__()
         self.clip = clip
@@ -101,7 +105,7 @@ class MaccoTask(nn.Module):
         # bias is tuned to that temperature): never below the value it starts from
         self.logit_scale_max = max(math.log(100), float(clip.logit_scale)) if self.sigmoid else math.log(100)
         width = shapes["embed"]
-        heads = cfg.heads or predictor_heads(width)
+        heads = cfg.predictor_heads or predictor_heads(width)
         if width % heads:
             raise ValueError(f"predictor heads {heads} do not divide the embedding width {width}")
         self.text_mask_token = nn.Parameter(torch.randn(shapes["text_width"]) * 0.02)
@@ -158,6 +162,14 @@ class MaccoTask(nn.Module):
         return self.terms(batch["image"], batch["text"], batch["text_mask"], batch["image_mask"],
                           batch.get("hard_text"), stats=stats, sizes=sizes)
 
+    @property
+    def masks_text(self) -> bool:
+        return self.cfg.masks_text
+
+    @property
+    def masks_image(self) -> bool:
+        return self.cfg.masks_image
+
     def sizes_for(self, batch: dict[str, torch.Tensor]) -> list[int]:
         """``step_sizes`` of a (host) batch: what the loop passes to ``forward`` as ``sizes``."""
         return self.step_sizes(batch["text"], batch["text_mask"], batch["image_mask"])
@@ -172,7 +184,7 @@ class MaccoTask(nn.Module):
         enc = self.encode(images, texts, text_mask, image_mask, sizes)
         out = self.contrastive_terms(enc, hard_texts)
         out |= self.reconstruction_terms(enc, images, texts, text_mask, image_mask, stats)
-        out["total_loss"] = total_loss(out, self.cfg.weights)
+        out["total_loss"] = total_loss(out, self.cfg.loss_weights)
         with torch.no_grad():
             out["empty_text_masks"] = (~text_mask.any(dim=1)).sum().float()
             out["empty_image_masks"] = (~image_mask.any(dim=1)).sum().float()

@@ -12,23 +12,25 @@ changes numbers:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
-import math
 import os
 import random
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from .runlog import RunLog, SkipCount, TooManySkipped, format_log_row, progress_printer  # noqa: F401 (API)
+from .checkpoint import (ResumeRefused, checkpoint_to_resume, latest_checkpoint, resume,  # noqa: F401 (API)
+                         save)
 from .masked import tower_shapes
+from .runlog import RunLog, SkipCount, TooManySkipped, format_log_row, progress_printer  # noqa: F401 (API)
 from .task import MaccoConfig, MaccoTask
 from .train_config import TrainConfig, load_config  # noqa: F401 (API)
 from .train_state import TrainState
+from .training_task import TrainingTask
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +38,6 @@ log = logging.getLogger(__name__)
 # ---- helpers ----------------------------------------------------------------------------------------------
 def _dist_env() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
-
-
-def _atomic_save(obj, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    tmp.replace(path)
-
-
-def latest_checkpoint(out_dir: str | Path) -> Path | None:
-    ck = sorted((Path(out_dir) / "checkpoints").glob("step-*.pt"))
-    return ck[-1] if ck else None
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -58,21 +48,20 @@ class NothingToReconstruct(ValueError):
     """A mode with a reconstruction term whose data hold no mask for it: the term would be 0 throughout."""
 
 
-def check_masks(task, samples: list, counts: dict, cfg: TrainConfig) -> None:
+def check_masks(task: TrainingTask, samples: list, counts: dict, cfg: TrainConfig) -> None:
     """A mode that reconstructs masked words or patches needs data with such masks: with none, its term is 0
     at every step and the run is CLIP-FT under another name. Partial coverage is logged."""
-    cfg_task = getattr(task, "cfg", None)
-    if cfg_task is None or not samples:
+    if not samples:
         return
     n = len(samples)
-    if cfg_task.masks_text:
+    if task.masks_text:
         with_text = n - counts["empty_text_mask"]
         if with_text == 0:
             raise NothingToReconstruct(f"mode {cfg.mode}: none of the {n} training captions has a relation or "
                                        "attribute token mask (token_masks); the masked-text term would be 0 (check "
                                        "the parse, or train mode clip-ft)")
         log.info("train %s: %d of %d captions have a text mask", cfg.mode, with_text, n)
-    if cfg_task.masks_image:
+    if task.masks_image:
         with_box = n - counts["no_region"]
         if with_box == 0 and cfg.rect_prob <= 0:
             raise NothingToReconstruct(f"mode {cfg.mode}: none of the {n} training captions has a grounded region "
@@ -81,10 +70,10 @@ def check_masks(task, samples: list, counts: dict, cfg: TrainConfig) -> None:
         log.info("train %s: %d of %d captions have a grounded region", cfg.mode, with_box, n)
 
 
-def check_tokens(task, samples: list, cfg: TrainConfig) -> None:
+def check_tokens(task: TrainingTask, samples: list, cfg: TrainConfig) -> None:
     """The token masks must be in the model's tokenizer: their length is its context, their ids in its
     vocabulary (token_masks from another tokenizer would crash in the embedding, or train on wrong ids)."""
-    if not samples or not hasattr(task, "text_predictor"):
+    if not samples or not task.reads_text:
         return
     shapes = tower_shapes(task.clip)
     context = shapes["context"]
@@ -100,11 +89,12 @@ def scenes_path(cfg: TrainConfig) -> Path:
     return Path(cfg.scenes) if cfg.scenes else Path(cfg.image_root) / f"scenes_{cfg.split}.json"
 
 
-def build_task(cfg: TrainConfig, vocab=None, weights_later: bool = False):
+def build_task(cfg: TrainConfig, vocab=None, weights_later: bool = False) -> TrainingTask:
     """The training task: ``MaccoTask`` (macco, clip-ft and the ablations), ``SceneTask`` (mode scene, with
-    the scene vocabulary ``vocab``) or ``LMTask`` (mode lm, ``vocab`` the training captions' token ids). ``lock_image`` freezes the image tower. ``weights_later``: every weight is
-    loaded afterwards (a resumed checkpoint), see ``model.create_clip``."""
-    from . import create_clip, register_model_configs, resolve_arch
+    the scene vocabulary ``vocab``) or ``LMTask`` (mode lm, ``vocab`` the training captions' token ids), each a
+    ``model.training_task.TrainingTask``. ``lock_image`` freezes the image tower. ``weights_later``: every weight
+    is loaded afterwards (a resumed checkpoint), see ``model.factory.create_clip``."""
+    from .factory import create_clip, register_model_configs, resolve_arch
 
     register_model_configs()
     arch = resolve_arch(cfg.arch, cfg.pretrained)
@@ -160,7 +150,7 @@ def setup(cfg: TrainConfig) -> TrainState:
         from .lm import lm_vocabulary
 
         vocab = lm_vocabulary(cfg.tables["token_masks"], cfg.tables["captions"], cfg.split)
-    ck = latest_checkpoint(cfg.out_dir) if cfg.resume == "auto" else (Path(cfg.resume) if cfg.resume else None)
+    ck, ck_state = checkpoint_to_resume(cfg)
     task = build_task(cfg, vocab, weights_later=ck is not None).to(device)
     task.rank, task.world_size = rank, world
     samples, counts = build_samples({k: Path(v) for k, v in cfg.tables.items()}, cfg.split,
@@ -186,7 +176,7 @@ def setup(cfg: TrainConfig) -> TrainState:
                        {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision), None, total, 0, rank, world,
                        counts, Path(cfg.out_dir))
     if ck is not None:
-        resume(state, ck)
+        resume(state, ck, ck_state)
     if world > 1:
         state.model = torch.nn.parallel.DistributedDataParallel(
             task, device_ids=[device.index] if device.type == "cuda" else None,
@@ -217,29 +207,6 @@ def training_dataset(task, cfg: TrainConfig, samples: list, split: str, scenes=N
                         tokenizer=tokenizer, scenes=scenes)
 
 
-def save(state: TrainState, step: int) -> Path:
-    """A resumable checkpoint: task, optimiser, schedule, scaler, step and the RNG states."""
-    path = state.out_dir / "checkpoints" / f"step-{step:07d}.pt"
-    _atomic_save({"task": state.task.state_dict(), "optimizer": state.opt.state_dict(),
-                  "scheduler": state.sched.state_dict(), "scaler": state.scaler.state_dict(), "step": step,
-                  "config": asdict(state.cfg), "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}},
-                 path)
-    return path
-
-
-def resume(state: TrainState, path: Path) -> None:
-    """``save``'s inverse: the run continues at the saved step with the same schedule and randomness."""
-    ck = torch.load(path, map_location="cpu", weights_only=True)
-    state.task.load_state_dict(ck["task"])
-    state.opt.load_state_dict(ck["optimizer"])
-    state.sched.load_state_dict(ck["scheduler"])
-    state.scaler.load_state_dict(ck["scaler"])
-    state.start = int(ck["step"])
-    state.resumed_from = Path(path)
-    torch.set_rng_state(ck["rng"]["torch"])
-    random.setstate(ck["rng"]["python"])
-
-
 def train_step(state: TrainState, batch: dict, step: int, stats: bool) -> tuple[dict[str, torch.Tensor], dict]:
     """One optimiser step over ``batch`` (in ``accum_steps`` micro-batches): the loss terms (detached, averaged
     over micro-batches) and the learning rates the step used, by parameter group name."""
@@ -253,9 +220,13 @@ def train_step(state: TrainState, batch: dict, step: int, stats: bool) -> tuple[
         part = {k: v[sl] for k, v in batch.items() if torch.is_tensor(v)}
         # the step's shapes from the host copy of the batch: no device sync inside the step
         sizes = task.sizes_for({k: v[sl] for k, v in host.items() if torch.is_tensor(v)})
-        with torch.autocast(device.type, dtype=state.amp_dtype, enabled=state.amp_dtype is not None):
-            out = state.model(part, stats=stats, sizes=sizes)
-        state.scaler.scale(out["total_loss"] / cfg.accum_steps).backward()
+        # under DDP the gradients are all-reduced once, after the last micro-batch (the sum is linear: the same
+        # gradients as a reduction per micro-batch, with 1 / accum_steps of the communication)
+        last = m == cfg.accum_steps - 1
+        with contextlib.nullcontext() if last or state.world == 1 else state.model.no_sync():
+            with torch.autocast(device.type, dtype=state.amp_dtype, enabled=state.amp_dtype is not None):
+                out = state.model(part, stats=stats, sizes=sizes)
+            state.scaler.scale(out["total_loss"] / cfg.accum_steps).backward()
         for k, v in out.items():
             terms[k] = terms.get(k, 0) + v.detach().float() / cfg.accum_steps
     if stats and state.world > 1:
@@ -269,7 +240,7 @@ def train_step(state: TrainState, batch: dict, step: int, stats: bool) -> tuple[
     state.opt.zero_grad(set_to_none=True)
     state.sched.step()
     with torch.no_grad():
-        task.clip.logit_scale.clamp_(0, getattr(task, "logit_scale_max", math.log(100)))
+        task.clip.logit_scale.clamp_(0, task.logit_scale_max)
     return terms, lrs
 
 
@@ -286,7 +257,7 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None,
           on_note: Callable[[str], None] | None = None) -> dict:
     """Train one run; returns its summary (and on rank 0 writes the final checkpoint and the export). ``on_log``
     gets every logged row with ``total_steps``, ``samples_per_s`` and ``eta_s`` added; ``on_note`` (default: this
-    module's log) one line saying what the run starts from (``model.weights_note``: a resumed checkpoint, a
+    module's log) one line saying what the run starts from (``model.factory.weights_note``: a resumed checkpoint, a
     weights file, a random initialisation). TF32 is the run's (``cfg.tf32``), set for its duration and restored
     after it; the allocator setting is the launcher's (``model.runtime.apply_process_settings``)."""
     from .runtime import tf32
@@ -296,7 +267,7 @@ def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None,
 
 
 def _train(cfg: TrainConfig, on_log, on_note) -> dict:
-    from . import weights_note
+    from .factory import weights_note
     from .export import export_clip
 
     state = setup(cfg)
@@ -336,21 +307,13 @@ def _train(cfg: TrainConfig, on_log, on_note) -> dict:
     return summary
 
 
-def code_modules() -> tuple[str, ...]:
-    """The modules whose code a training run's output depends on: this module and everything it imports in the
-    repository (the train stage's code version; a new module is covered without editing a list)."""
-    from data_schemas.provenance import module_closure
-
-    return module_closure(__name__)
-
-
 def note_printer(line: str) -> None:
     """``train``'s notes on stderr (stdout stays for results)."""
     print(line, file=sys.stderr, flush=True)
 
 
 def resolve_export_arch(cfg: TrainConfig) -> str:
-    from . import resolve_arch
+    from .factory import resolve_arch
 
     return resolve_arch(cfg.arch, cfg.pretrained)
 

@@ -68,7 +68,9 @@ class TrainConfig:
     save_every: int = 0  # steps between resumable checkpoints (0: only at the end)
     max_skipped_fraction: float = 0.01  # unreadable or resized images allowed (share of samples drawn); past it: fail
     log_every: int = 10
-    resume: str | None = None  # checkpoint path, or "auto" (latest in out_dir/checkpoints)
+    # None: a new run (refused if out_dir holds another run's checkpoints); auto: continue the latest checkpoint in
+    # out_dir (same settings, else refused); fresh: a new run replacing out_dir's earlier run; or a checkpoint path
+    resume: str | None = None
     device: str = "auto"
     progress: bool = True
     cpu_keep_freed_memory: bool = True  # CPU: glibc keeps freed memory for reuse (see keep_freed_cpu_memory)

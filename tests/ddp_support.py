@@ -13,7 +13,7 @@ CAPTIONS = ["a red circle left of a blue square", "a dog on a couch", "two cats"
 def make_task(cfg: dict):
     import open_clip
 
-    from model import register_model_configs
+    from model.factory import register_model_configs
     from model.task import MaccoConfig, MaccoTask
 
     register_model_configs()
@@ -76,5 +76,65 @@ def worker(rank: int, world: int, init_file: str, cfgs: list[dict], out: str) ->
             results.append({"terms": {k: float(v) for k, v in logged.items()}, "grads": grads(task)})
         if rank == 0:
             torch.save(results, Path(out))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def accum_state(model, task, accum_steps: int, batch_size: int, world: int):
+    """A TrainState for ``model.train.train_step``: the task's parameters under SGD at lr 0 (the gradients are what
+    is compared), no loss scaling."""
+    from model.train_config import TrainConfig
+    from model.train_state import TrainState
+
+    cfg = TrainConfig(arch="macco-micro", batch_size=batch_size, accum_steps=accum_steps, log_every=1)
+    opt = torch.optim.SGD([{"params": [p for p in task.parameters() if p.requires_grad], "name": "all"}], lr=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    return TrainState(cfg, task, model, opt, sched, torch.amp.GradScaler("cpu", enabled=False),
+                      torch.device("cpu"), None, None, 1, 0, torch.distributed.get_rank() if world > 1 else 0, world,
+                      {}, Path("."))
+
+
+def accumulated_grads(state, batch: dict) -> tuple[dict, dict]:
+    """One ``train_step`` over ``batch``: (its logged terms, the gradients the optimiser saw)."""
+    from model.train import train_step
+
+    seen: dict = {}
+    real = state.scaler.step
+
+    def step(opt):
+        seen.update(grads(state.task))
+        return real(opt)
+
+    state.scaler.step = step
+    terms, _ = train_step(state, batch, 0, stats=True)
+    return {k: float(v) for k, v in terms.items()}, seen
+
+
+def accum_worker(rank: int, world: int, init_file: str, out: str) -> None:
+    """Rank ``rank``: a step of 2 accumulated micro-batches through DDP, counting the gradient all-reduces (a DDP
+    comm hook); and, for comparison, the same rows as one micro-batch."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        res = {}
+        per = len(CAPTIONS) // world
+        for accum in (1, 2):
+            task = make_task({"mode": "macco"})
+            task.rank, task.world_size = rank, world
+            model = torch.nn.parallel.DistributedDataParallel(task)
+            calls = {"n": 0}
+
+            def hook(state, bucket, calls=calls):
+                calls["n"] += 1
+                return allreduce_hook(None, bucket)
+
+            model.register_comm_hook(None, hook)
+            batch = {k: v[rank * per:(rank + 1) * per] for k, v in make_batch().items()}
+            terms, g = accumulated_grads(accum_state(model, task, accum, per, world), batch)
+            res[accum] = {"allreduces": calls["n"], "grads": g}
+        if rank == 0:
+            torch.save(res, Path(out))
     finally:
         torch.distributed.destroy_process_group()

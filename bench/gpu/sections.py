@@ -199,7 +199,7 @@ def eval_throughput(device: str, arch: str, n_images: int, n_captions: int, batc
     import open_clip
     import torch
 
-    from model import register_model_configs
+    from model.factory import register_model_configs
     from model.benchmarks.scoring import Encoder
     from pipeline.world import captions_for, sample_scene
 

@@ -176,7 +176,7 @@ def e2e(emit: Emit, size: dict, device: str, world: str | None = None) -> None:
     exp = summary["export"]
     local = open_clip.create_model(f"local-dir:{exp['dir']}")
     arch = json.loads((Path(exp["dir"]) / "open_clip_config.json").read_text())["macco"]["arch"]
-    from model import register_model_configs
+    from model.factory import register_model_configs
 
     register_model_configs()
     pt = open_clip.create_model(arch, pretrained=exp["pt"])

@@ -24,13 +24,13 @@ import numpy as np
 from data_schemas import InputFileError
 from data_schemas.config import check_ranges
 from data_schemas.geometry import DEFAULT_ARCH
-from data_schemas.provenance import code_version
+from data_schemas.provenance import closure_version
 from data_schemas.scene_graphs import SPACY_MODEL
 
 from .protocols import (ACTIVATIONS, ARO_EXCLUSIONS, ORDER_BENCHMARKS, PROTOCOLS, VLC_MODES, Activation,
                         AroExclusion, IncompleteGroup, Protocol, VlcMode, check_choice, check_complete,
                         protocol_default)
-from .registry import BENCHMARKS, REGISTRY, Benchmark, code_modules
+from .registry import BENCHMARKS, REGISTRY, Benchmark, code_roots
 from .registry import get as get_benchmark
 
 if TYPE_CHECKING:  # the scoring core imports torch: on use only, so the registry's names stay cheap to read
@@ -47,7 +47,7 @@ class EvalConfig:
     benchmark's ``settings``.
 
     ``activation``: the MLP activation of the evaluated towers. ``auto`` (default) builds what
-    ``model.resolve_arch`` decides, i.e. the training activation (QuickGELU for OpenAI-initialised ViT-B/L with a
+    ``model.factory.resolve_arch`` decides, i.e. the training activation (QuickGELU for OpenAI-initialised ViT-B/L with a
     weights file); ``quickgelu`` / ``gelu`` force one. MACCO's evaluation scripts all reload checkpoints as
     ``ViT-B-32`` with nn.GELU (its ``eval/evaluate_comp_benchmark.py``, ``evaluate_aro_order.py:21``,
     ``evaluate_vl_checklist.py:19``): pass ``gelu`` to reproduce its numbers (ARO issue #32: ~6 points on VG-R).
@@ -106,9 +106,9 @@ def load_encoder(cfg: EvalConfig) -> tuple[Encoder, str, str]:
     with ``cfg.activation`` (``Encoder.activation`` says what the towers use)."""
     import open_clip
 
-    from model import register_model_configs, resolve_arch
+    from model.factory import register_model_configs, resolve_arch
 
-    from ..export import file_sha256 as sha256_file
+    from data_schemas.provenance import file_sha256 as sha256_file
     from .scoring import Encoder
 
     register_model_configs()
@@ -218,15 +218,17 @@ def evaluate(cfg: EvalConfig, names: list[str], out_json: str | Path | None = No
         enc, model_id, sha = load_encoder(cfg)
     out = {"model": model_id, "checkpoint": cfg.checkpoint, "checkpoint_sha256": sha, "protocol": cfg.protocol,
            "activation": getattr(enc, "activation", "unknown"), "run": run or default_run_label(cfg),
-           "eval_id": uuid.uuid4().hex, "code_version": code_version(*code_modules()),
+           "eval_id": uuid.uuid4().hex, "code_version": closure_version(*code_roots(tuple(names))),
            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "benchmarks": {}}
     for n in names:
         t0 = time.perf_counter()
         out["benchmarks"][n] = run_benchmark(enc, n, cfg.roots[n], cfg)
         out["benchmarks"][n]["seconds"] = round(time.perf_counter() - t0, 2)
     if out_json:
+        from data_schemas import replace_file
+
         Path(out_json).parent.mkdir(parents=True, exist_ok=True)
-        Path(out_json).write_text(json.dumps(out, indent=2, default=str))
+        replace_file(out_json, lambda tmp: tmp.write_text(json.dumps(out, indent=2, default=str)))
     if results_table:
         append_results(results_table, out, cfg)
     return out

@@ -1,5 +1,5 @@
 """The benchmark registry: one :class:`Benchmark` record per benchmark name, the one place that says how a name is
-run. The harness (``run_benchmark``, ``case_groups``), the flow (the evaluate stage's code version) and the CLI
+run. The harness (``run_benchmark``, ``case_groups``), the flow (the evaluate stage's code roots) and the CLI
 (``macco eval --benchmark``) all read it.
 
 Two kinds of record:
@@ -22,11 +22,6 @@ from pathlib import Path
 from typing import Callable
 
 from .protocols import order_image_root
-
-# the harness's own modules: with every benchmark's module, the evaluate stage's code version
-HARNESS_MODULES = ("model", "model.benchmarks", "model.benchmarks.registry", "model.benchmarks.scoring",
-                   "model.benchmarks.protocols")
-
 
 @dataclass(frozen=True)
 class Benchmark:
@@ -121,7 +116,7 @@ def _valse_settings(mod, root: Path, cfg) -> dict:
 
 def _winoground(mod, enc, root: Path, cfg, settings: dict) -> dict:
     """Full set, and with ``winoground_clean_ids`` the clean subset (``clean_text`` / ``clean_image`` / ...)."""
-    from ..export import file_sha256
+    from data_schemas.provenance import file_sha256
 
     from .scoring import check_missing
 
@@ -203,9 +198,12 @@ def get(name: str) -> Benchmark:
         raise ValueError(f"unknown benchmark {name!r}; choose from {BENCHMARKS}") from None
 
 
-def code_modules() -> tuple[str, ...]:
-    """The modules whose source is the evaluate stage's code: the harness and every benchmark's rule."""
-    return HARNESS_MODULES + tuple(dict.fromkeys(f"{__package__}.{b.module}" for b in _RECORDS))
+def code_roots(names: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The evaluate stage's code roots: the harness (``model.benchmarks``: its import closure holds the scoring,
+    the protocols, the encoders) and each benchmark's rule module (loaded by name, so in no import closure) of
+    ``names`` (None: every registered one)."""
+    chosen = [b for b in _RECORDS if names is None or b.name in names]
+    return (__package__, "model.benchmarks.scoring", *dict.fromkeys(f"{__package__}.{b.module}" for b in chosen))
 
 
 def cli_help() -> str:

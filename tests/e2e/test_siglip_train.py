@@ -14,7 +14,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def siglip_dir(world, tmp_path_factory):
-    from model import CONFIG_DIR
+    from model.factory import CONFIG_DIR
     from pipeline.siglip_folder import build_siglip_folder
 
     coco = json.loads((world / "annotations" / "captions_train2014.json").read_text())
@@ -90,7 +90,7 @@ def test_siglip_run_resumes_to_the_uninterrupted_result(world, siglip_tables, si
 
 def test_a_fine_tune_of_a_local_dir_starts_from_its_base_export(world, siglip_tables, siglip_dir, tmp_path):
     """open_clip's local-dir loader ignores ``pretrained``: the base's weights are loaded after (create_clip)."""
-    from model import create_clip
+    from model.factory import create_clip
     from model.train import train
 
     base = train(_cfg(world, siglip_tables, siglip_dir, tmp_path / "base", mode="clip-ft"))
@@ -107,7 +107,7 @@ def test_every_mode_on_siglip_through_the_flow(harness, tmp_path):
     file is a new parse (and train) key, never a cache hit."""
     import yaml
 
-    from model import CONFIG_DIR
+    from model.factory import CONFIG_DIR
     from pipeline.world import WorldConfig, generate_world
     from pipeline.siglip_folder import build_siglip_folder
     from tests_support import run_flow_states
@@ -136,7 +136,7 @@ def test_every_mode_on_siglip_through_the_flow(harness, tmp_path):
         res = json.loads(Path(runs[0]["results"]).read_text())
         assert set(res["benchmarks"]) == {"aro-vgr", "sugarcrepe", "whatsup"}, label
         assert "r2_x" in res["probes"]["image_global"] and res["probes"]["text"]["relation_swap_cosine"] > 0, label
-    masks = out["masks"]["tables"]["patch_masks"]
+    masks = out["masks"]["outputs"]["patch_masks"]
     from data_schemas import TABLES, read_table
 
     assert set(read_table(TABLES["patch_masks"], masks["dir"]).column("grid").to_pylist()) == {4}
@@ -188,7 +188,7 @@ def test_the_tokenizer_stage_builds_the_siglip_folder_the_demo_uses(harness, tmp
     path = tmp_path / "demo-siglip.yaml"
     path.write_text(yaml.safe_dump(cfg))
     out, states = run_flow_states(path)
-    folder = out["tokenizer"]["folder"]
+    folder = out["tokenizer"]["outputs"]["tokenizer"]["folder"]
     assert folder.startswith("local-dir:") and (Path(folder[len("local-dir:"):]) / "tokenizer.json").is_file()
     train_caps = sum(1 for r in json.loads((Path(out["world"]["dir"]) / "annotations" /
                                             "captions_train2014.json").read_text())["annotations"])

@@ -145,7 +145,7 @@ def umask_022():
 def test_export_and_table_files_are_readable_by_group_and_others(tmp_path, umask_022):
     import open_clip
 
-    from model import register_model_configs
+    from model.factory import register_model_configs
     from model.export import export_clip
 
     register_model_configs()

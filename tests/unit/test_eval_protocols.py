@@ -45,7 +45,7 @@ def _micro_checkpoint(tmp_path):
     import open_clip
     import torch
 
-    from model import register_model_configs
+    from model.factory import register_model_configs
 
     register_model_configs()
     torch.manual_seed(0)
@@ -57,7 +57,7 @@ def _micro_checkpoint(tmp_path):
 # ---- 1. activation ---------------------------------------------------------------------------------------
 def test_activation_is_chosen_built_and_recorded(tmp_path, world):
     from macco.cli import main
-    from model import resolve_arch
+    from model.factory import resolve_arch
     from model.benchmarks import activation_kwargs, load_encoder
 
     ckpt = _micro_checkpoint(tmp_path)

@@ -152,7 +152,7 @@ def test_retrieval_on_the_world_matches_the_probe(world):
     import open_clip
     import torch
 
-    from model import register_model_configs
+    from model.factory import register_model_configs
     from model.benchmarks.scoring import Encoder
     from model.probes import image_features, retrieval as probe_retrieval, text_features
 

@@ -4,7 +4,7 @@ import open_clip
 import pytest
 import torch
 
-from model import register_model_configs
+from model.factory import register_model_configs
 from model.losses import (LossWeights, contrast_loss, image_reconstruction_loss, intra_modal_loss, patchify,
                           per_sample_mean, term_weights, text_reconstruction_loss, total_loss, vocab_nll)
 from model.masked import (encode_image_pair, encode_image_tokens, encode_text_pair, encode_text_tokens,
@@ -103,7 +103,7 @@ def clip3():
     """macco-micro with 3 blocks per tower: blocks run before the cut last one."""
     import json
 
-    from model import CONFIG_DIR
+    from model.factory import CONFIG_DIR
 
     cfg = json.loads((CONFIG_DIR / "macco-micro.json").read_text())
     cfg["vision_cfg"]["layers"] = cfg["text_cfg"]["layers"] = 3
@@ -435,7 +435,7 @@ def test_attention_equals_nn_multihead_attention_and_heads_rule():
             assert all((a is None and b is None) or torch.allclose(a, b, atol=1e-4) for a, b in zip(ga, gb))
     assert [predictor_heads(w) for w in (512, 768, 256, 128, 64, 32, 16)] == [8, 8, 8, 4, 2, 1, 1]
     with pytest.raises(ValueError, match="do not divide"):
-        MaccoTask(open_clip.create_model("macco-micro"), MaccoConfig(heads=3))
+        MaccoTask(open_clip.create_model("macco-micro"), MaccoConfig(predictor_heads=3))
 
 
 def test_sincos_positions():

@@ -89,7 +89,7 @@ def test_bigram_shift_swaps_two_different_adjacent_words():
 def test_bigram_shift_probe_runs_on_a_tower(world):
     import open_clip
 
-    from model import register_model_configs
+    from model.factory import register_model_configs
     from model.probes import ProbeConfig, bigram_shift_probe
 
     register_model_configs()
@@ -131,7 +131,7 @@ def test_bigram_shift_word_features_cover_exactly_the_words_on_a_siglip_tokenize
 
     import open_clip
 
-    from model import CONFIG_DIR, create_clip, register_model_configs
+    from model.factory import CONFIG_DIR, create_clip, register_model_configs
     from model.masked import encode_text_tokens
     from model.probes_text import token_and_eot_features
     from pipeline.siglip_folder import build_siglip_folder
@@ -158,7 +158,7 @@ def test_lm_task_refuses_tokens_outside_its_vocabulary_and_a_bidirectional_tower
     batch in the loop (``sizes_for``) and in a direct call; a SigLIP text tower (no causal order) is refused."""
     import open_clip
 
-    from model import register_model_configs
+    from model.factory import register_model_configs
     from model.lm import LMTask
 
     register_model_configs()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model import register_model_configs
+from model.factory import register_model_configs
 from model.siglip import encode_siglip_image, encode_siglip_text, is_siglip_text, is_siglip_visual
 
 

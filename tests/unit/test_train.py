@@ -7,7 +7,7 @@ import open_clip
 import pytest
 import torch
 
-from model import register_model_configs
+from model.factory import register_model_configs
 from model.optim import param_groups, warmup_cosine
 from model.train import NonFiniteLoss, load_config, train
 

@@ -1,0 +1,108 @@
+"""A training run's checkpoints: resumable ``step-*.pt`` files (task, optimiser, schedule, scaler, step, RNG
+states, the run's settings), written atomically; which one a run continues from, and the refusal to mix two runs in
+one ``out_dir`` (``checkpoint_to_resume``)."""
+from __future__ import annotations
+
+import random
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from data_schemas.config import ConfigError
+
+if TYPE_CHECKING:
+    from .train_config import TrainConfig
+    from .train_state import TrainState
+
+
+def _atomic_save(obj, path: Path) -> None:
+    from data_schemas import replace_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    replace_file(path, lambda tmp: torch.save(obj, tmp))
+
+
+def latest_checkpoint(out_dir: str | Path) -> Path | None:
+    ck = sorted((Path(out_dir) / "checkpoints").glob("step-*.pt"))
+    return ck[-1] if ck else None
+
+
+class ResumeRefused(ConfigError):
+    """A run that would mix with another one in its ``out_dir``: resumed with other settings, or started afresh
+    over its checkpoints without ``resume: fresh`` (one line from ``macco``)."""
+
+
+# settings a run may change when it resumes (where its files are, how it logs and saves, where it runs); any other
+# difference between the checkpoint's settings and the run's is another run, refused (never a silent mix)
+RESUME_FREE = ("tables", "image_root", "out_dir", "pretrained", "resume", "save_every", "progress", "device",
+               "workers", "log_every", "cpu_keep_freed_memory", "compile", "max_skipped_fraction")
+RUN_FILES = ("checkpoints", "export", "export.pt", "metrics.csv", "summary.json", "config.json", "logs")
+
+
+def _same(a, b) -> bool:
+    plain = lambda v: list(v) if isinstance(v, tuple) else v  # noqa: E731 (a checkpoint stores tuples as lists)
+    return plain(a) == plain(b)
+
+
+def checkpoint_to_resume(cfg: TrainConfig) -> tuple[Path | None, dict | None]:
+    """(the checkpoint a run continues from and its contents, or None) as ``cfg.resume`` asks: ``auto`` the latest in
+    ``out_dir`` (none: a new run), a path that checkpoint, ``fresh`` none (the folder's earlier run files removed),
+    None none — refused when ``out_dir`` holds another run's checkpoints. A checkpoint trained with other settings
+    (any field but ``RESUME_FREE``) is refused in one line naming the differences."""
+    import shutil
+
+    out = Path(cfg.out_dir)
+    latest = latest_checkpoint(out)
+    if cfg.resume == "fresh":
+        for name in RUN_FILES:
+            target = out / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+        return None, None
+    if cfg.resume is None:
+        if latest is not None:
+            raise ResumeRefused(f"{out}: holds a training run's checkpoints (latest {latest.name}); resume: auto "
+                                "continues it (same settings), resume: fresh starts over and replaces it, or give "
+                                "another out_dir")
+        return None, None
+    path = latest if cfg.resume == "auto" else Path(cfg.resume)
+    if path is None:
+        return None, None
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: checkpoint to resume not found (resume)")
+    ck = torch.load(path, map_location="cpu", weights_only=True)
+    then, now = ck.get("config", {}), asdict(cfg)
+    diff = [k for k in now if k not in RESUME_FREE and not _same(now[k], then.get(k))]
+    if diff:
+        shown = ", ".join(f"{k} {then.get(k)!r} -> {now[k]!r}" for k in diff[:4]) + (" ..." if len(diff) > 4 else "")
+        raise ResumeRefused(f"{path}: this checkpoint was trained with other settings ({shown}); resuming would mix "
+                            f"two runs in {out}: give another out_dir, or resume: fresh to replace that run")
+    return path, ck
+
+
+def save(state: TrainState, step: int) -> Path:
+    """A resumable checkpoint: task, optimiser, schedule, scaler, step and the RNG states."""
+    path = state.out_dir / "checkpoints" / f"step-{step:07d}.pt"
+    _atomic_save({"task": state.task.state_dict(), "optimizer": state.opt.state_dict(),
+                  "scheduler": state.sched.state_dict(), "scaler": state.scaler.state_dict(), "step": step,
+                  "config": asdict(state.cfg), "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}},
+                 path)
+    return path
+
+
+def resume(state: TrainState, path: Path, ck: dict | None = None) -> None:
+    """``save``'s inverse: the run continues at the saved step with the same schedule and randomness (``ck``: the
+    checkpoint's contents when already read)."""
+    ck = ck if ck is not None else torch.load(path, map_location="cpu", weights_only=True)
+    state.task.load_state_dict(ck["task"])
+    state.opt.load_state_dict(ck["optimizer"])
+    state.sched.load_state_dict(ck["scheduler"])
+    state.scaler.load_state_dict(ck["scaler"])
+    state.start = int(ck["step"])
+    state.resumed_from = Path(path)
+    torch.set_rng_state(ck["rng"]["torch"])
+    random.setstate(ck["rng"]["python"])
