@@ -33,7 +33,7 @@ def captions(n: int) -> list[dict]:
 
 def main(n: int = 20_000, repeats: int = 2) -> dict:
     from pipeline.scene_graph import load_nlp
-    from pipeline.stages import ParseConfig, parse_stage
+    from pipeline.parse_stage import ParseConfig, parse_stage
 
     rows = captions(n)
     texts = [r["caption"] for r in rows]

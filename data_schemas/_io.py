@@ -50,11 +50,32 @@ def apply_umask(path: str | Path) -> None:
     os.chmod(path, 0o666 & ~_umask())
 
 
+def temp_name(path: str | Path) -> Path:
+    """A temporary name beside ``path``, unique to this process and call (two writers never share one)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp")
+
+
+def replace_file(path: str | Path, write) -> Path:
+    """``write(tmp)`` to a temporary file unique to this writer, the mode a plain ``open()`` gives, then renamed
+    over ``path`` (atomic: a reader sees the old file or the new one, never a half-written one). The temporary file
+    has ``path``'s own name inside a private hidden folder beside it, so a writer that records its file name (torch's
+    zip archive does) writes the same bytes as when writing ``path`` directly."""
+    path = Path(path)
+    folder = temp_name(path)
+    folder.mkdir()
+    tmp = folder / path.name
+    try:
+        write(tmp)
+        apply_umask(tmp)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return path
+
+
 def _write_part(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    apply_umask(tmp)
-    os.replace(tmp, path)
+    replace_file(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
 def _part_info(parts: list[Path]) -> dict[str, dict]:
@@ -106,10 +127,7 @@ def _finalize(spec: TableSpec, staging: Path, out_dir: Path, config: dict | None
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **(extra or {}),
     }
-    tmp_manifest = staging / f".{MANIFEST}.tmp"
-    tmp_manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    apply_umask(tmp_manifest)
-    os.replace(tmp_manifest, staging / MANIFEST)
+    replace_file(staging / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True)))
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     refuse_unreadable(out_dir)
     if out_dir.exists():
@@ -131,6 +149,15 @@ def write_table(spec: TableSpec, out_dir: str | Path, table: pa.Table | list[pa.
     ``column``; its other rows are carried into the new table (the ``errors`` table shared by several stages)."""
     out_dir = Path(out_dir)
     refuse_unreadable(out_dir)  # before any work; checked again just before the rename
+    with table_lock(out_dir):  # another writer of this table (the errors table: several stages) waits its turn
+        return _write_table(spec, out_dir, table, config=config, code_version=code_version,
+                            rows_per_part=rows_per_part, extra=extra, replaces=replaces)
+
+
+def _write_table(spec: TableSpec, out_dir: Path, table: pa.Table | list[pa.Table], *, config: dict | None,
+                 code_version: str, rows_per_part: int, extra: dict | None, replaces: dict[str, Iterable] | None
+                 ) -> dict:
+    """``write_table`` for a caller holding the table's lock."""
     tables = table if isinstance(table, list) else [table]
     staging = out_dir.with_name(f".{out_dir.name}.tmp-{uuid.uuid4().hex}")
     staging.mkdir(parents=True)
@@ -190,8 +217,12 @@ class ShardedTableWriter:
         # a finalize killed after writing the carried rows' part leaves it beside the shards: carried again below
         leftover = [p for p in self.partial.glob("part-*.parquet") if p.name not in shards]
         for stray in list(self.partial.glob(".*.tmp")) + [self.partial / ".fingerprint"] + leftover:
-            stray.unlink(missing_ok=True)
-        return _finalize(self.spec, self.partial, self.out_dir, config, code_version, extra, replaces)
+            if stray.is_dir():  # a killed writer's private temporary folder
+                shutil.rmtree(stray, ignore_errors=True)
+            else:
+                stray.unlink(missing_ok=True)
+        with table_lock(self.out_dir):
+            return _finalize(self.spec, self.partial, self.out_dir, config, code_version, extra, replaces)
 
 
 @contextmanager
@@ -231,13 +262,15 @@ def append_table(spec: TableSpec, out_dir: str | Path, table: pa.Table, *, confi
     with table_lock(out_dir):
         refuse_unreadable(out_dir)
         if not (out_dir / MANIFEST).exists():
-            return write_table(spec, out_dir, table, config=config, code_version=code_version)
+            return _write_table(spec, out_dir, table, config=config, code_version=code_version,
+                                rows_per_part=500_000, extra=None, replaces=None)
         old = read_manifest(out_dir, spec.name)
         version = int(old.get("schema_version", -1))
         if legacy and version in legacy:
             old_spec, upgrade = legacy[version]
-            old = write_table(spec, out_dir, upgrade(read_table(old_spec, out_dir)), config=old.get("config"),
-                              code_version=old.get("code_version", ""), extra={"upgraded_from_version": version})
+            old = _write_table(spec, out_dir, upgrade(read_table(old_spec, out_dir)), config=old.get("config"),
+                               code_version=old.get("code_version", ""), rows_per_part=500_000,
+                               extra={"upgraded_from_version": version}, replaces=None)
         files = table_files(spec, out_dir)  # the old parts are still what the manifest says (else: an error)
         if once is not None and _holds(files, *once):
             return old
@@ -249,8 +282,5 @@ def append_table(spec: TableSpec, out_dir: str | Path, table: pa.Table, *, confi
                     "part_info": info, "content_hash": _sha256_files(parts), "config": config or old.get("config", {}),
                     "code_version": code_version or old.get("code_version", ""),
                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        tmp = out_dir / f".{MANIFEST}.{uuid.uuid4().hex}.tmp"
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-        apply_umask(tmp)
-        os.replace(tmp, out_dir / MANIFEST)
+        replace_file(out_dir / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True)))
         return manifest

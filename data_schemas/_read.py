@@ -35,6 +35,9 @@ def refuse_unreadable(out_dir: str | Path) -> None:
     out_dir = Path(out_dir)
     mpath = out_dir / MANIFEST
     aside = f"move it aside (e.g. mv {out_dir} {out_dir}.unreadable) and rerun"
+    if out_dir.exists() and not out_dir.is_dir() or out_dir.is_symlink():
+        raise TableError(f"{out_dir}: is a file, not a table folder; refusing to replace it: give a new or empty "
+                         "directory for the table")
     if mpath.exists():
         _, problem = _manifest_problem(mpath)
         if problem is not None:

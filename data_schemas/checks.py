@@ -8,11 +8,26 @@ from . import TABLES
 from ._read import read_manifest, table_files, verify_table
 from ._spec import TableError, TableSpec
 
-DEFAULT_PARAMS = {
-    "eot_token_id": 49407,
-    "min_text_mask_coverage": 0.5,
-    "min_grounded_coverage": 0.5,
-}
+@dataclass
+class CheckParams:
+    """The checks' thresholds (``validate.params``, ``macco validate --params``): typed, so a misspelt key or a
+    value of the wrong type is a config error, never a check run at its default or a value spliced into SQL."""
+    eot_token_id: int = 49407  # CLIP BPE's end-of-text id (the token_masks check of the EOT position)
+    min_text_mask_coverage: float = 0.5  # share of captions with a relation or attribute token mask
+    min_grounded_coverage: float = 0.5  # share of attribute/relation phrases with a box
+
+    def __post_init__(self):
+        from .config import check_ranges
+
+        check_ranges(self, "validate.params", non_negative=("eot_token_id",),
+                     probability=("min_text_mask_coverage", "min_grounded_coverage"))
+
+
+def check_params(params: "CheckParams | dict | None", where: str = "validate.params") -> CheckParams:
+    """``params`` as ``CheckParams`` (a mapping through ``from_dict``: unknown keys and wrong types refused)."""
+    from .config import from_dict
+
+    return params if isinstance(params, CheckParams) else from_dict(CheckParams, params or {}, where)
 
 
 @dataclass
@@ -99,13 +114,13 @@ def read_failure(exc: Exception, tables: dict[str, str | Path | list]) -> bool:
     return any(str(f) in str(exc) for f in table_paths(tables))
 
 
-def run_checks(tables: dict[str, str | Path | list], params: dict | None = None,
+def run_checks(tables: dict[str, str | Path | list], params: CheckParams | dict | None = None,
                only: list[str] | None = None) -> list[CheckResult]:
     """Run the checks of every table in ``tables`` ({name: dir(s)}); checks needing absent tables are skipped.
     A part DuckDB cannot read is a ``TableError`` naming the table and, where a deep check finds it, the part."""
     import duckdb
 
-    params = {**DEFAULT_PARAMS, **(params or {})}
+    params = asdict(check_params(params))
     con = duckdb.connect()
     create_views(con, tables)
     results: list[CheckResult] = []

@@ -260,3 +260,14 @@ def check_ranges(obj, section: str, **rules: tuple[str, ...]) -> None:
                 if bad:
                     key = f"{name}.{sub}" if isinstance(value, dict) else f"{name}{sub}"
                     raise RangeError(section, f"{key}: {v!r} {what}")
+
+
+def safe_name(value, what: str) -> str:
+    """``value`` as a single path component (a run name, a config name, a table name under a folder): a name
+    with a separator, ``..``, a NUL or an absolute path would write outside the folder it is joined to."""
+    if not isinstance(value, str) or not value or value in (".", "..") or value.startswith(".") or \
+            any(c in value for c in "/\\\0") or len(value) > 200:
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise ConfigError(f"{what}: {shown} is not a plain name (one path component: letters, digits, '-', '_', "
+                          "'.'; no '/', no leading '.', at most 200 characters)")
+    return value

@@ -1,71 +1,107 @@
-"""The table catalog: what the stages before a node made, by table name, handed to the node (no node reads a
-manifest itself). Built from the manifests the flow collected (``stage name -> manifest``); every table name is
-written by one stage, except ``errors`` (one per stage)."""
+"""The catalog: what the stages before a stage made, by name, handed to the stage (no stage reads another's manifest
+itself). Every stage's manifest lists its ``outputs`` (a table: ``{kind: table, dir, content_hash, rows}``; other
+outputs: their folder or fields and a content hash); every name is written by one stage, except ``errors`` (one
+table per stage that writes one). Built by the flow from the manifests, or by a ``macco`` verb from the tables in
+the folders it is given."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from data_schemas import TABLES, read_table
-
-# the mask tables the validate gate checks, and the ones training reads
-MASK_TABLES = ("captions", "scene_graphs", "token_masks", "regions", "patch_masks")
-TRAINING_TABLES = ("captions", "token_masks", "scene_graphs", "regions")
-ERROR_STAGES = ("captions", "parse", "ground", "masks")
 
 
 @dataclass
 class Catalog:
-    manifests: dict[str, dict] = field(default_factory=dict)  # stage name (or "source") -> its manifest
+    entries: dict[str, dict] = field(default_factory=dict)  # output name -> its entry
+    errors: dict[str, dict] = field(default_factory=dict)  # stage -> its errors table's entry
 
-    def _stage_of(self, table: str) -> dict:
-        for name, m in self.manifests.items():
-            if table in m.get("tables", {}):
-                return m
-        raise KeyError(f"no stage of this run wrote the table {table!r} (stages: {sorted(self.manifests)})")
+    def add(self, stage: str, manifest: dict) -> None:
+        """A finished stage's outputs (its manifest's ``outputs``)."""
+        for name, entry in manifest.get("outputs", {}).items():
+            if name == "errors":
+                self.errors[stage] = entry
+            else:
+                self.entries[name] = entry
 
+    def has(self, name: str) -> bool:
+        return name in self.entries or (name == "errors" and bool(self.errors))
+
+    def entry(self, name: str) -> dict:
+        if name not in self.entries:
+            raise KeyError(f"no stage of this run wrote {name!r} (written: {sorted(self.entries)})")
+        return self.entries[name]
+
+    def hash(self, name: str) -> str | list[str] | None:
+        """The content hash of ``name``; ``errors``: every stage's errors table's, in stage order; a name ending in
+        ``?`` is optional (None when absent)."""
+        if name.endswith("?"):
+            return self.hash(name[:-1]) if self.has(name[:-1]) else None
+        if name == "errors":
+            return [e["content_hash"] for _, e in sorted(self.errors.items())]
+        return self.entry(name)["content_hash"]
+
+    def hashes(self, names: tuple[str, ...]) -> list:
+        return [self.hash(n) for n in names]
+
+    def subset(self, names: tuple[str, ...]) -> "Catalog":
+        """The entries a stage reads (its ``reads``; optional ones when present)."""
+        plain = [n.rstrip("?") for n in names]
+        return Catalog({n: e for n, e in self.entries.items() if n in plain},
+                       dict(self.errors) if "errors" in plain else {})
+
+    # ---- tables ------------------------------------------------------------------------------------------------
     def dir(self, table: str) -> str:
-        """The directory of ``table``."""
-        return self._stage_of(table)["tables"][table]["dir"]
+        return self.entry(table)["dir"]
 
     def count(self, table: str) -> int:
-        return self._stage_of(table)["tables"][table]["rows"]
+        return self.entry(table)["rows"]
 
     def rows(self, table: str, columns: list[str] | None = None) -> list[dict]:
         return read_table(TABLES[table], self.dir(table), columns).to_pylist()
 
-    def has(self, table: str) -> bool:
-        return any(table in m.get("tables", {}) for m in self.manifests.values())
+    def table_names(self) -> tuple[str, ...]:
+        """Every table the catalog holds (``errors`` once)."""
+        tables = [n for n, e in self.entries.items() if e.get("kind") == "table"]
+        return (*tables, *(("errors",) if self.errors else ()))
 
-    def hash(self, stage: str) -> str:
-        """A stage's content hash (``source``: the data's)."""
-        return self.manifests[stage]["content_hash"]
+    def tables(self, names: tuple[str, ...]) -> dict[str, Any]:
+        """{table: dir} of ``names``; ``errors``: the list of every stage's errors table (the validate gate's)."""
+        out: dict[str, Any] = {n: self.dir(n) for n in names if n != "errors"}
+        if "errors" in names:
+            out["errors"] = [e["dir"] for _, e in sorted(self.errors.items())]
+        return out
 
-    def get(self, stage: str, field_: str, default=None):
-        """A field of a stage's manifest (e.g. the captions stage's ``root`` and ``source``)."""
-        return self.manifests[stage].get(field_, default)
+    def get(self, name: str, field_: str, default=None):
+        """A field of an entry (e.g. ``images``' ``dir``, ``captions``' ``source``)."""
+        return self.entries.get(name, {}).get(field_, default)
 
-    # ---- what the later nodes read ---------------------------------------------------------------------
     @property
-    def root(self) -> str:
-        """The image root every stage after captions reads."""
-        return self.manifests["captions"]["root"]
+    def image_root(self) -> str:
+        """The folder the captions table's ``file_name`` values are relative to."""
+        return self.entry("images")["dir"]
 
-    def mask_tables(self) -> dict:
-        """{table: dir} of the mask tables, and every stage's errors table (the validate gate's input)."""
-        return {**{t: self.dir(t) for t in MASK_TABLES},
-                "errors": [self.manifests[s]["tables"]["errors"]["dir"] for s in ERROR_STAGES]}
 
-    def error_hashes(self) -> list[str]:
-        """The content hashes of every stage's errors table (not part of the stages' own content hashes)."""
-        return [self.manifests[s]["tables"]["errors"]["content_hash"] for s in ERROR_STAGES]
+def table_entry(manifest: dict, path: str | Path) -> dict:
+    """A table's catalog entry from its manifest (``write_table``'s return value) and its folder."""
+    return {"kind": "table", "dir": str(path), "content_hash": manifest["content_hash"], "rows": manifest["rows"]}
 
-    def training_tables(self) -> dict:
-        return {t: self.dir(t) for t in TRAINING_TABLES}
 
-    def table_hashes(self) -> list[str]:
-        """The content hashes of the stages whose tables training reads."""
-        return [self.hash(s) for s in ("parse", "ground", "captions")]
+def folder_catalog(tables: dict[str, Path | list[Path]], **entries: dict) -> Catalog:
+    """The catalog of tables found in a user's folders (``pipeline.validate.discover_tables``) plus ``entries``
+    (e.g. ``images``: the image root a verb is given): what a ``macco`` verb hands the stage it runs."""
+    from data_schemas import read_manifest
 
-    def subset(self, stages: tuple[str, ...]) -> dict[str, dict]:
-        """The manifests of ``stages`` (what a preprocessing stage's task receives: plain JSON)."""
-        return {s: self.manifests[s] for s in stages}
+    cat = Catalog(dict(entries))
+    for name, paths in tables.items():
+        if name == "eval_results":  # the history: every table of it found, read as one
+            cat.entries[name] = {"kind": "table", "dir": list(paths), "content_hash": None, "rows": None}
+            continue
+        for i, d in enumerate(paths if isinstance(paths, list) else [paths]):
+            e = table_entry(read_manifest(d, name), d)
+            if name == "errors":
+                cat.errors[f"folder{i}"] = e
+            else:
+                cat.entries[name] = e
+    return cat

@@ -1,64 +1,151 @@
-"""The pipeline config (one YAML): sections per stage, unknown keys rejected, content keys per stage."""
+"""The pipeline config (one YAML) as one typed tree, ``FlowConfig``: every stage section is its stage's config
+dataclass (the one source of its fields, types and defaults), the flow's own sections typed plans. ``load_config``
+merges a file (and overrides) over the defaults and returns the tree; unknown keys, wrong types and values out of
+range are one-line ``ConfigError``s naming the key. Stages receive their typed section, never the YAML dict.
+"""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-from data_schemas.config import ConfigError, check_ranges
+from data_schemas.checks import CheckParams
+from data_schemas.config import ConfigError, check_ranges, from_dict, safe_name
 from data_schemas.geometry import DEFAULT_ARCH
+from model.benchmarks import EvalConfig
+from model.train_config import TrainConfig
+from pipeline.captions_stage import CaptionsConfig
+from pipeline.grounding.base import GroundingConfig
+from pipeline.masks_stage import MasksConfig
+from pipeline.parse_stage import ParseConfig
+from pipeline.siglip_folder import BUILT, TokenizerConfig
+from pipeline.world import WorldConfig
 
-STAGES = ("world", "captions", "tokenizer", "parse", "ground", "masks", "validate", "train", "evaluate", "report")
+
+# ---- the flow's own sections (what runs, how it is evaluated, where work goes), typed ----------------------
+@dataclass
+class RunPlan:
+    """One named fine-tune: its training settings (``train.common`` under the run's own keys) and its seeds."""
+    config: TrainConfig
+    seeds: tuple[int, ...]
 
 
-# ---- the flow's own sections (what runs, how they are evaluated, where work goes), typed -------------------
 @dataclass
 class TrainPlan:
-    """``train``: the runs. ``base`` is a training section (or a list of them: a chain) run first, the last
-    export initialising every run; ``runs`` maps a name to its overrides of ``common`` (``seeds`` too)."""
+    """``train``: the runs. ``base``: training sections run first as a chain (each from the previous export; the
+    last initialises every run); ``runs``: name -> its settings and seeds; ``pretrained``: the runs' weights when
+    there is no base; ``torchrun_nproc`` > 1: each run under torchrun (DDP). In the YAML, ``common`` holds the
+    TrainConfig keys every section shares and ``seeds`` the runs' default seeds; both are folded in here."""
     arch: str = DEFAULT_ARCH
-    base: dict | list | None = None
-    pretrained: str | None = None  # weights file for the runs when there is no base
-    runs: dict = field(default_factory=lambda: {"macco": {"mode": "macco"}})
-    seeds: list[int] = field(default_factory=lambda: [0])
-    common: dict = field(default_factory=dict)  # model.train_config.TrainConfig fields shared by every run
-    torchrun_nproc: int = 1  # > 1: each run under torchrun (DDP)
+    base: tuple[TrainConfig, ...] = ()
+    pretrained: str | None = None
+    runs: dict[str, RunPlan] = field(default_factory=dict)
+    torchrun_nproc: int = 1
 
-    def __post_init__(self):
-        check_ranges(self, "config train", positive=("torchrun_nproc",), non_negative=("seeds",))
-        for where, seeds in [("train.seeds", self.seeds), *((f"train.runs.{n}.seeds", r.get("seeds"))
-                                                            for n, r in self.runs.items() if isinstance(r, dict))]:
-            if seeds is not None and (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
-                                      or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
-                                                 for x in seeds)):
-                raise ConfigError(f"config {where}: {seeds!r}: a non-empty list of distinct integers >= 0 expected")
-        if not all(isinstance(r, dict) for r in self.runs.values()):
-            raise ConfigError(f"config train.runs: a mapping of run name -> training section, not {self.runs!r}")
+    def sections(self) -> list[tuple[str, TrainConfig]]:
+        """(where in the config, settings) of every training section."""
+        return [*((f"train.base[{i}]", b) for i, b in enumerate(self.base)),
+                *((f"train.runs.{n}", r.config) for n, r in self.runs.items())]
+
+
+TRAIN_KEYS = ("arch", "base", "pretrained", "runs", "seeds", "common", "torchrun_nproc")
+
+
+def _seeds(value, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value or len(set(value)) != len(value) or \
+            not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value):
+        raise ConfigError(f"config {where}: {value!r}: a non-empty list of distinct integers >= 0 expected")
+    return tuple(value)
+
+
+def train_plan(data: dict) -> TrainPlan:
+    """The ``train`` section as a ``TrainPlan``: every base and run section through ``TrainConfig`` (its checks,
+    naming the section), run names checked as plain names (they name folders)."""
+    unknown = sorted(set(data) - set(TRAIN_KEYS))
+    if unknown:
+        raise ConfigError(f"config train: unknown key(s) {unknown}; known: {sorted(TRAIN_KEYS)}")
+    arch, common = data.get("arch", DEFAULT_ARCH), data.get("common") or {}
+    for name, value in (("common", common), ("runs", data.get("runs") or {})):
+        if not isinstance(value, dict):
+            raise ConfigError(f"config train.{name}: a mapping expected, got {value!r}")
+    from_dict(TrainConfig, {"arch": arch, **common}, "config train.common")
+    base = data.get("base")
+    bases = [] if not base else [base] if isinstance(base, dict) else base
+    if not isinstance(bases, list) or not all(isinstance(b, dict) for b in bases):
+        raise ConfigError(f"config train.base: a section or a list of sections, not {base!r}")
+    seeds = _seeds(data.get("seeds", [0]), "train.seeds")
+    runs = {}
+    for name, over in (data.get("runs") or {}).items():
+        safe_name(name, "config train.runs")
+        if not isinstance(over, dict):
+            raise ConfigError(f"config train.runs: a mapping of run name -> training section, not {data['runs']!r}")
+        own = _seeds(over["seeds"], f"train.runs.{name}.seeds") if "seeds" in over else seeds
+        settings = {"arch": arch, **common, **{k: v for k, v in over.items() if k != "seeds"}}
+        runs[name] = RunPlan(from_dict(TrainConfig, settings, f"config train.runs.{name}"), own)
+    base_configs = tuple(from_dict(TrainConfig, {"arch": arch, **common, **b}, f"config train.base[{i}]")
+                         for i, b in enumerate(bases))
+    plan = TrainPlan(arch=arch, base=base_configs,
+                     pretrained=data.get("pretrained"), runs=runs,
+                     torchrun_nproc=data.get("torchrun_nproc", 1))
+    check_ranges(plan, "config train", positive=("torchrun_nproc",))
+    return plan
 
 
 @dataclass
 class EvaluatePlan:
     """``evaluate``: which benchmarks (``all`` or names) on which roots (none: the synthetic world's own sets),
-    which models, the probes on the world, the paired tests' control, and ``settings`` (EvalConfig's)."""
-    benchmarks: str | list[str] = "all"
-    roots: dict = field(default_factory=dict)
-    settings: dict = field(default_factory=dict)
-    models: str | list[str] = "all"
+    which models, the probes on the world, the paired tests' control, and the evaluation ``settings``
+    (``EvalConfig``; model, weights and roots are each run's). ``partial_given``: whether the config set
+    ``settings.allow_partial`` (else the world's sets, a few files of each benchmark, allow partial groups)."""
+    benchmarks: tuple[str, ...] | None = None  # None: all
+    roots: dict[str, str] = field(default_factory=dict)
+    settings: EvalConfig = field(default_factory=EvalConfig)
+    models: tuple[str, ...] | None = None  # None: all
     probes: bool = True
     control: str = "clip-ft"
+    partial_given: bool = False
 
-    def __post_init__(self):
-        from model.benchmarks.registry import BENCHMARKS
+    def eval_config(self, roots: dict[str, str], world_run: bool) -> EvalConfig:
+        """The settings for one evaluation: these ``roots``; on the synthetic world partial groups by default."""
+        partial = self.settings.allow_partial if self.partial_given or not world_run else True
+        return dataclasses.replace(self.settings, roots=dict(roots), allow_partial=partial)
 
-        for name, value in (("benchmarks", self.benchmarks), ("models", self.models)):
-            if isinstance(value, str) and value != "all":
-                raise ConfigError(f"config evaluate.{name}: {value!r}: 'all' or a list")
-        if self.benchmarks != "all" and not set(self.benchmarks) <= set(BENCHMARKS):
-            raise ConfigError(f"config evaluate.benchmarks: {self.benchmarks!r}: 'all' or a list of "
-                              f"{list(BENCHMARKS)}")
+
+EVALUATE_KEYS = ("benchmarks", "roots", "settings", "models", "probes", "control")
+
+
+def evaluate_plan(data: dict) -> EvaluatePlan:
+    from model.benchmarks.registry import BENCHMARKS
+
+    unknown = sorted(set(data) - set(EVALUATE_KEYS))
+    if unknown:
+        raise ConfigError(f"config evaluate: unknown key(s) {unknown}; known: {sorted(EVALUATE_KEYS)}")
+    lists = {}
+    for name in ("benchmarks", "models"):
+        value = data.get(name, "all")
+        if isinstance(value, str) and value != "all" or not isinstance(value, (str, list)):
+            raise ConfigError(f"config evaluate.{name}: {value!r}: 'all' or a list")
+        lists[name] = None if value == "all" else tuple(value)
+    if lists["benchmarks"] is not None and not set(lists["benchmarks"]) <= set(BENCHMARKS):
+        raise ConfigError(f"config evaluate.benchmarks: {list(lists['benchmarks'])!r}: 'all' or a list of "
+                          f"{list(BENCHMARKS)}")
+    settings = data.get("settings") or {}
+    if not isinstance(settings, dict):
+        raise ConfigError(f"config evaluate.settings: a mapping expected, got {settings!r}")
+    flow_set = sorted({"model", "checkpoint", "roots"} & set(settings))
+    if flow_set:
+        raise ConfigError(f"config evaluate.settings: {flow_set} are set by the flow (each run's model and weights; "
+                          "evaluate.roots)")
+    roots = data.get("roots") or {}
+    if not isinstance(roots, dict) or not all(isinstance(v, str) for v in roots.values()):
+        raise ConfigError(f"config evaluate.roots: a mapping of benchmark -> folder expected, got {roots!r}")
+    plain = from_dict(EvaluatePlan, {k: data[k] for k in ("probes", "control") if k in data}, "config evaluate")
+    return dataclasses.replace(plain, benchmarks=lists["benchmarks"], models=lists["models"], roots=dict(roots),
+                               settings=from_dict(EvalConfig, settings, "config evaluate.settings"),
+                               partial_given="allow_partial" in settings)
 
 
 @dataclass
@@ -72,122 +159,127 @@ class DaskPlan:
 
 
 @dataclass
-class ValidatePlan:
-    params: dict = field(default_factory=dict)  # the checks' thresholds (data_schemas.checks.DEFAULT_PARAMS)
+class ValidateConfig:
+    """``validate``: the checks' thresholds, and whether every part is re-hashed first (``deep``)."""
+    params: CheckParams = field(default_factory=CheckParams)
+    deep: bool = True
 
 
 @dataclass
 class FlowConfig:
-    """The whole config as one typed tree: every stage section is its stage's config dataclass itself (its
-    fields, types and defaults, the one source of them), the flow's own sections the plans above."""
+    """The whole config as one typed tree: every stage section is its stage's config dataclass, the flow's own
+    sections the plans above. ``data`` with source coco and no root is the synthetic world (the world stage's
+    output is its root)."""
     name: str
     artifacts: str
-    world: Any  # pipeline.world.WorldConfig
-    data: Any  # pipeline.stages.CaptionsConfig (root None: the synthetic world)
-    tokenizer: Any  # pipeline.siglip_folder.TokenizerConfig
-    parse: Any  # pipeline.stages.ParseConfig
-    ground: Any  # pipeline.grounding.base.GroundingConfig
-    masks: dict
-    validate: ValidatePlan
+    world: WorldConfig
+    data: CaptionsConfig
+    tokenizer: TokenizerConfig
+    parse: ParseConfig
+    ground: GroundingConfig
+    masks: MasksConfig
+    validate: ValidateConfig
     train: TrainPlan
     evaluate: EvaluatePlan
     dask: DaskPlan
 
+    @property
+    def world_run(self) -> bool:
+        """The data is the synthetic world (the embedded default): no data root given."""
+        return self.data.source == "coco" and self.data.root is None
 
-def _section_classes() -> dict[str, type]:
-    from pipeline.grounding.base import GroundingConfig
-    from pipeline.siglip_folder import TokenizerConfig
-    from pipeline.stages import CaptionsConfig, ParseConfig
-    from pipeline.world import WorldConfig
-
-    return {"world": WorldConfig, "data": CaptionsConfig, "tokenizer": TokenizerConfig, "parse": ParseConfig,
-            "ground": GroundingConfig, "validate": ValidatePlan, "train": TrainPlan, "evaluate": EvaluatePlan,
-            "dask": DaskPlan}
+    def key_view(self) -> dict:
+        """The tree as plain data (JSON-able)."""
+        return asdict(self)
 
 
-def _plain(d: dict) -> dict:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+# ---- the YAML: defaults, merge, the typed tree ---------------------------------------------------------------
+def plain(value):
+    """``value`` with tuples as lists, recursively (as YAML and JSON write it)."""
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
 
 
 def _defaults() -> dict:
-    """The flow config's defaults: every section's fields and defaults are its dataclass's (one source)."""
+    """The YAML-level defaults: every section's fields and defaults are its dataclass's (one source)."""
     from data_schemas.config import defaults
 
     out = {"name": "demo", "artifacts": "artifacts",
-           **{name: _plain(defaults(cls)) for name, cls in _section_classes().items() if name != "data"},
-           "masks": {"models": [DEFAULT_ARCH]}}  # the architectures whose patch grids to write
-    from pipeline.stages import CaptionsConfig
-
-    out["data"] = {**_plain(asdict(CaptionsConfig(root="."))), "root": None}  # root null: the synthetic world
+           **{name: plain(defaults(cls)) for name, cls in (("world", WorldConfig), ("data", CaptionsConfig),
+                                                            ("tokenizer", TokenizerConfig), ("parse", ParseConfig),
+                                                            ("ground", GroundingConfig), ("masks", MasksConfig),
+                                                            ("dask", DaskPlan))},
+           "validate": {"params": asdict(CheckParams()), "deep": True},
+           "train": {"arch": DEFAULT_ARCH, "base": None, "pretrained": None, "runs": {"macco": {"mode": "macco"}},
+                     "seeds": [0], "common": {}, "torchrun_nproc": 1},
+           "evaluate": {"benchmarks": "all", "roots": {}, "settings": {}, "models": "all", "probes": True,
+                        "control": "clip-ft"}}
     return out
 
 
 DEFAULTS: dict = _defaults()
+# sections whose value replaces the default as a whole (a mapping of names the user chooses, or one section)
+_WHOLE = ("runs", "common", "roots", "settings", "base", "extra")
+
+
+def _merge(base: dict, over: dict, path: str = "") -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        if k not in base:
+            raise ConfigError(f"config: unknown key {path + k!r} (known: {sorted(base)})")
+        if isinstance(base[k], dict) and v is not None and not isinstance(v, dict):
+            raise ConfigError(f"config {path + k}: a mapping expected, got {v!r}")
+        if isinstance(base[k], dict) and isinstance(v, dict) and k not in _WHOLE:
+            out[k] = _merge(base[k], v, f"{path}{k}.")
+        else:
+            out[k] = v
+    return out
 
 
 def flow_config(cfg: dict) -> FlowConfig:
-    """The typed tree of a merged config dict (every section through its dataclass's ``from_dict``: unknown keys,
-    wrong types, values outside a ``Literal`` or a range fail naming the key)."""
-    from data_schemas.config import from_dict
-
-    sections = {}
-    for name, cls in _section_classes().items():
-        value = cfg[name]
-        if name == "data" and value["source"] == "coco" and value["root"] is None:
-            value = {**value, "root": "."}  # the synthetic world's root: the world stage's output
-        sections[name] = from_dict(cls, value, f"config {name}")
-    return FlowConfig(cfg["name"], cfg["artifacts"], masks=cfg["masks"], **sections)
-
-
-def check_sections(cfg: dict) -> FlowConfig:
-    """The typed tree (``flow_config``) and the checks across sections: the runs' training sections, the
-    evaluation settings, the tokenizers, the official file's parser and boxes."""
-    from data_schemas.config import from_dict
-    from model.benchmarks import EvalConfig
-    from model.train_config import TrainConfig
-
-    tree = flow_config(cfg)
+    """The typed tree of a merged config dict (unknown keys, wrong types, values outside a ``Literal`` or a range
+    fail naming the key), then the checks across sections."""
+    section = {name: from_dict(cls, cfg[name], f"config {name}") for name, cls in (
+        ("world", WorldConfig), ("tokenizer", TokenizerConfig), ("parse", ParseConfig),
+        ("ground", GroundingConfig), ("masks", MasksConfig), ("dask", DaskPlan))}
     data = cfg["data"]
-    _check_tokenizers(cfg)
-    for where, value in (("parse.parser", cfg["parse"].get("parser")), ("ground.backend", cfg["ground"]["backend"])):
-        if value == "official" and data["source"] != "macco-tsv":
-            raise ConfigError(f"config {where}: 'official' reads MACCO's released file: it needs data.source "
-                              f"macco-tsv (this config: {data['source']!r})")
-    train = cfg["train"]
-    for where, section in [("train.common", train["common"]),
-                           *((f"train.base[{i}]", b) for i, b in enumerate(base_sections(train["base"]))),
-                           *((f"train.runs.{n}", r) for n, r in train["runs"].items())]:
-        from_dict(TrainConfig, {"arch": train["arch"], **train["common"],
-                                **{k: v for k, v in section.items() if k != "seeds"}}, f"config {where}")
-    settings = cfg["evaluate"]["settings"]
-    flow_set = sorted({"model", "checkpoint", "roots"} & set(settings))
-    if flow_set:
-        raise ConfigError(f"config evaluate.settings: {flow_set} are set by the flow (each run's model and weights; "
-                          "evaluate.roots)")
-    from_dict(EvalConfig, settings, "config evaluate.settings")
+    if not isinstance(data, dict):
+        raise ConfigError(f"config data: a mapping expected, got {data!r}")
+    validate = cfg["validate"]
+    tree = FlowConfig(
+        name=safe_name(cfg["name"], "config name"), artifacts=str(cfg["artifacts"]), **section,
+        data=from_dict(CaptionsConfig, data, "config data"),
+        validate=ValidateConfig(params=from_dict(CheckParams, validate.get("params") or {}, "config validate.params"),
+                                deep=from_dict(ValidateConfig, {"deep": validate.get("deep", True)},
+                                               "config validate").deep),
+        train=train_plan(cfg["train"]), evaluate=evaluate_plan(cfg["evaluate"]))
+    _check_across(tree)
     return tree
 
 
-def run_archs(train: dict) -> list[tuple[str, str]]:
-    """(where, architecture) of every training section: its own ``arch``, else common's, else ``train.arch``."""
-    default = train["common"].get("arch", train["arch"])
-    return [("train.arch", train["arch"]), *((f"train.base[{i}]", b.get("arch", default))
-                                             for i, b in enumerate(base_sections(train["base"]))),
-            *((f"train.runs.{n}", r.get("arch", default)) for n, r in train["runs"].items())]
+def _check_across(tree: FlowConfig) -> None:
+    """The checks across sections: the official file's parser and boxes, the tokenizers."""
+    for where, value in (("parse.parser", tree.parse.parser), ("ground.backend", tree.ground.backend)):
+        if value == "official" and tree.data.source != "macco-tsv":
+            raise ConfigError(f"config {where}: 'official' reads MACCO's released file: it needs data.source "
+                              f"macco-tsv (this config: {tree.data.source!r})")
+    _check_tokenizers(tree)
 
 
-def _check_tokenizers(cfg: dict) -> None:
+def _check_tokenizers(tree: FlowConfig) -> None:
     """The token masks must be in the trained model's tokenizer: every CLIP architecture shares one BPE, but a
     model folder (local-dir:, or built:tokenizer) has its own, so parse.clip_model must name the same folder as
     each training section's architecture; built:tokenizer needs a tokenizer stage."""
-    from pipeline.siglip_folder import BUILT
-
     def folder(name: str) -> str | None:
         return name if name == BUILT or name.startswith("local-dir:") else None
 
-    parse, archs = cfg["parse"]["clip_model"], run_archs(cfg["train"])
-    used = [("parse.clip_model", parse), *archs, *(("masks.models", m) for m in cfg["masks"]["models"])]
-    if cfg["tokenizer"]["arch"] is None and any(v == BUILT for _, v in used):
+    parse, archs = tree.parse.clip_model, [("train.arch", tree.train.arch)] + \
+        [(where, s.arch) for where, s in tree.train.sections()]
+    used = [("parse.clip_model", parse), *archs, *(("masks.models", m) for m in tree.masks.models)]
+    if tree.tokenizer.arch is None and any(v == BUILT for _, v in used):
         where = ", ".join(k for k, v in used if v == BUILT)
         raise ConfigError(f"config {where}: {BUILT!r} names the folder the tokenizer stage builds, but "
                           "tokenizer.arch is not set")
@@ -198,51 +290,21 @@ def _check_tokenizers(cfg: dict) -> None:
                               "model's tokenizer")
 
 
-def use_built_folder(cfg: dict, folder: str) -> dict:
-    """``cfg`` with every ``built:tokenizer`` model name (parse.clip_model, masks.models, train.arch and the train
-    sections' arch) replaced by the folder the tokenizer stage built."""
-    from pipeline.siglip_folder import BUILT
-
-    cfg = copy.deepcopy(cfg)
+def use_built_folder(tree: FlowConfig, folder: str) -> FlowConfig:
+    """``tree`` with every ``built:tokenizer`` model name (parse.clip_model, masks.models, the training sections'
+    arch) replaced by the folder the tokenizer stage built."""
     sub = lambda v: folder if v == BUILT else v  # noqa: E731
-    cfg["parse"]["clip_model"] = sub(cfg["parse"]["clip_model"])
-    cfg["masks"]["models"] = [sub(m) for m in cfg["masks"]["models"]]
-    train = cfg["train"]
-    train["arch"] = sub(train["arch"])
-    for section in [train["common"], *base_sections(train["base"]), *train["runs"].values()]:
-        if "arch" in section:
-            section["arch"] = sub(section["arch"])
-    return cfg
+    train = tree.train
+    train = dataclasses.replace(
+        train, arch=sub(train.arch), base=tuple(dataclasses.replace(b, arch=sub(b.arch)) for b in train.base),
+        runs={n: dataclasses.replace(r, config=dataclasses.replace(r.config, arch=sub(r.config.arch)))
+              for n, r in train.runs.items()})
+    return dataclasses.replace(tree, parse=dataclasses.replace(tree.parse, clip_model=sub(tree.parse.clip_model)),
+                               masks=MasksConfig(tuple(sub(m) for m in tree.masks.models)), train=train)
 
 
-def base_sections(base: dict | list | None) -> list[dict]:
-    """``train.base``: nothing, one training section, or a list of sections run as a chain (each initialised
-    from the previous one's export; the last is the base the fine-tunes start from)."""
-    if not base:
-        return []
-    if isinstance(base, dict):
-        return [base]
-    if not all(isinstance(b, dict) for b in base):
-        raise ConfigError(f"config train.base: a section or a list of sections, not {base!r}")
-    return list(base)
-
-
-def _merge(base: dict, over: dict, path: str = "") -> dict:
-    out = copy.deepcopy(base)
-    for k, v in (over or {}).items():
-        if k not in base:
-            raise ConfigError(f"config: unknown key {path + k!r} (known: {sorted(base)})")
-        if isinstance(base[k], dict) and v is not None and not isinstance(v, dict):
-            raise ConfigError(f"config {path + k}: a mapping expected, got {v!r}")
-        if isinstance(base[k], dict) and isinstance(v, dict) and k not in ("runs", "common", "roots", "settings",
-                                                                          "params", "base"):
-            out[k] = _merge(base[k], v, f"{path}{k}.")
-        else:
-            out[k] = v
-    return out
-
-
-def load_config(path: str | Path | None, overrides: dict | None = None) -> dict:
+def load_config(path: str | Path | None, overrides: dict | None = None) -> FlowConfig:
+    """The typed config of a YAML file (none: the defaults) with ``overrides`` merged over it."""
     from data_schemas.config import load_yaml
 
     data = (load_yaml(path) or {}) if path else {}
@@ -251,8 +313,7 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> dict:
     cfg = _merge(DEFAULTS, data)
     if overrides:
         cfg = _merge(cfg, overrides)
-    check_sections(cfg)
-    return cfg
+    return flow_config(cfg)
 
 
 def key_of(*parts) -> str:

@@ -16,8 +16,9 @@ GROUND_FLAGS = ("backend", "checkpoint", "config_file", "bert_dir", "model_dir",
 
 def add_parsers(sub) -> None:
     from macco.flags import add_flags
+    from pipeline.captions_stage import CaptionsConfig
     from pipeline.grounding.base import GroundingConfig
-    from pipeline.stages import CaptionsConfig, ParseConfig
+    from pipeline.parse_stage import ParseConfig
     from pipeline.world import WorldConfig
 
     w = sub.add_parser("world", help="generate the synthetic compositional world (COCO 2014 layout)")
@@ -58,7 +59,6 @@ def add_parsers(sub) -> None:
     g.add_argument("tables", type=Path, help="directory holding the captions and scene_graphs tables")
     g.add_argument("--images", type=Path, help="image root (captions.file_name is relative to it)")
     g.add_argument("--instances", type=Path, help="COCO-layout root with annotations/instances_<split>2014.json")
-    g.add_argument("--splits", nargs="+", default=["train", "val", "test"])
     add_flags(g, GroundingConfig, GROUND_FLAGS, help={
         "checkpoint": "groundingdino: .pth", "config_file": "groundingdino: model config .py",
         "bert_dir": "groundingdino: local BERT directory", "model_dir": "hf: save_pretrained directory"})
@@ -67,7 +67,8 @@ def add_parsers(sub) -> None:
 
     mk = sub.add_parser("masks", help="boxes -> patch_masks for one or more patch grids")
     mk.add_argument("tables", type=Path, help="directory holding captions and regions tables")
-    mk.add_argument("--model", action="append", help="open_clip architecture(s) whose grid to use (repeatable)")
+    mk.add_argument("--model", action="append", help="open_clip architecture(s) whose grid to use (repeatable; "
+                    f"default: {DEFAULT_ARCH})")
     mk.add_argument("--out", type=Path)
     mk.set_defaults(fn=cmd_masks)
 
@@ -82,13 +83,17 @@ def add_parsers(sub) -> None:
 
 def cmd_world(args) -> int:
     from macco.flags import config_from_args
-    from pipeline.world import WorldConfig, generate_world, preview
+    from pipeline.world import WorldConfig, preview
 
     if args.out is None and args.preview is None:
         print("macco world: give --out DIR (and/or --preview PNG with --root DIR)", file=sys.stderr)
         return 2
     if args.out is not None:
-        summary = generate_world(args.out, config_from_args(WorldConfig, args, WORLD_FLAGS, "macco world"))
+        from flows.catalog import Catalog
+        from flows.runner import run_in_folder
+
+        cfg = config_from_args(WorldConfig, args, WORLD_FLAGS, "macco world")
+        summary = run_in_folder("world", cfg, Catalog(), args.out, log=_quiet)["summary"]
         for split, s in summary["splits"].items():
             print(f"{split:<5} {s['images']:>6} images {s['captions']:>7} captions {s['boxes']:>6} boxes")
         for name, n in summary.get("benchmarks", {}).items():
@@ -110,18 +115,20 @@ def _print_manifests(manifests: dict[str, dict]) -> None:
 
 def cmd_captions(args) -> int:
     from data_schemas.config import from_dict
-    from pipeline.stages import CaptionsConfig, captions_image_root, captions_stage
+    from flows.catalog import Catalog
+    from flows.runner import run_in_folder
+    from pipeline.captions_stage import SOURCES, CaptionsConfig, captions_image_root
 
     opts = {f: getattr(args, f) for f in ("source", *_captions_options())}
-    where = {"root": str(args.source_path)} if args.source == "coco" else {"path": str(args.source_path)}
+    where = {SOURCES[args.source].location: str(args.source_path)}
     if args.source == "webdataset":
         where = {"path": [str(p) for p in args.shards] or str(args.source_path)}
     cfg = from_dict(CaptionsConfig, {**opts, **where}, "macco captions")
     out = Path(args.out)
-    m = captions_stage(cfg, out)
-    _print_manifests(m)
+    m = run_in_folder("captions", cfg, Catalog(), out, log=_quiet)["outputs"]
+    _print_manifests({k: v for k, v in m.items() if v.get("kind") == "table"})
     # this stage's errors (the errors table also keeps the other stages' rows of an --out used before)
-    reasons = m["captions"].get("summary", {}).get("error_reasons", {})
+    reasons = _summary(out / "captions").get("error_reasons", {})
     n_errors = sum(reasons.values())
     print(f"errors: {n_errors} " + ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())))
     root = captions_image_root(cfg, out)
@@ -135,11 +142,21 @@ def cmd_captions(args) -> int:
     return 0
 
 
+def _quiet(line: str) -> None:
+    """A stage's log line, which a verb prints in its own words (stdout stays for results)."""
+
+
+def _summary(table: Path) -> dict:
+    from data_schemas import read_manifest
+
+    return read_manifest(table).get("summary", {})
+
+
 def _captions_options() -> tuple[str, ...]:
     """CaptionsConfig's fields other than the source and its location: the flags of ``macco captions``."""
     from dataclasses import fields
 
-    from pipeline.stages import CaptionsConfig
+    from pipeline.captions_stage import CaptionsConfig
 
     return tuple(f.name for f in fields(CaptionsConfig) if f.name not in ("source", "root", "path"))
 
@@ -150,7 +167,7 @@ def _read_parse_input(args):
     options that do not apply."""
     from data_schemas import TABLES, write_table
     from pipeline.captions import CaptionRead, read_caption_file, split_of
-    from pipeline.stages import read_caption_input
+    from pipeline.captions_stage import read_caption_input
 
     src = Path(args.captions)
     if src.is_dir():
@@ -175,7 +192,7 @@ def _read_parse_input(args):
 def _add_input_errors(errors_dir: Path, rows: list[dict]) -> dict:
     """The input file's bad items (stage ``captions``) into the errors table, replacing only that stage's rows."""
     from data_schemas import TABLES, write_table
-    from pipeline.stages import only_stage
+    from pipeline.shards import only_stage
 
     spec = TABLES["errors"]
     return write_table(spec, errors_dir, spec.from_rows(rows), config={"input": "macco parse"},
@@ -183,17 +200,23 @@ def _add_input_errors(errors_dir: Path, rows: list[dict]) -> dict:
 
 
 def cmd_parse(args) -> int:
+    from flows.catalog import folder_catalog
+    from flows.runner import run_in_folder
     from macco.flags import config_from_args
-    from pipeline.stages import ParseConfig, parse_stage
+    from pipeline.parse_stage import ParseConfig
+    from pipeline.validate import discover_tables
 
+    out = Path(args.out)
+    cfg = config_from_args(ParseConfig, args, PARSE_FLAGS, "macco parse")
     read = _read_parse_input(args)
     if read is None:
         return 2
-    out = Path(args.out)
-    cfg = config_from_args(ParseConfig, args, PARSE_FLAGS, "macco parse")
-    official = _official_rows(Path(args.captions).parent) if cfg.parser == "official" else None
-    manifests = parse_stage(cfg, read.rows, out, official=official)
-    if not Path(args.captions).is_dir():  # a file's own bad items (none: an earlier file's rows go)
+    src = Path(args.captions)
+    captions = src if src.is_dir() else out / "captions"
+    found = discover_tables(src.parent) if cfg.parser == "official" else {}
+    inputs = folder_catalog({"captions": captions, **({"official": found["official"]} if "official" in found else {})})
+    manifests = run_in_folder("parse", cfg, inputs, out, log=_quiet)["outputs"]
+    if not src.is_dir():  # a file's own bad items (none: an earlier file's rows go)
         manifests["errors"] = _add_input_errors(out / "errors", read.errors)
     _print_manifests(manifests)
     from pipeline.inspection import summarize
@@ -203,85 +226,47 @@ def cmd_parse(args) -> int:
     return 0
 
 
-def _official_rows(folder: Path) -> list[dict]:
-    """The ``official`` table beside the captions (``macco captions FILE.tsv --source macco-tsv --out FOLDER``)."""
-    from data_schemas import TABLES, read_table
-
-    if not (folder / "official").is_dir():
-        raise FileNotFoundError(f"{folder / 'official'}: no official table (the official parser and grounding "
-                                "read MACCO's file: macco captions FILE.tsv --source macco-tsv --out "
-                                f"{folder})")
-    return read_table(TABLES["official"], folder / "official").to_pylist()
-
-
-def _grounding_config(args):
+def cmd_ground(args) -> int:
+    from flows.catalog import folder_catalog
+    from flows.runner import run_in_folder
     from macco.flags import config_from_args
     from pipeline.grounding.base import GroundingConfig
 
-    return config_from_args(GroundingConfig, args, GROUND_FLAGS, "macco ground")
-
-
-def cmd_ground(args) -> int:
-    from data_schemas import TABLES, read_table
-    from pipeline.stages import ground_stage, read_instances
-
     tables = Path(args.tables)
-    caps = read_table(TABLES["captions"], tables / "captions").to_pylist()
-    sg = read_table(TABLES["scene_graphs"], tables / "scene_graphs").to_pylist()
-    unsized = _unsized_to_ground(caps, sg)
-    if unsized:
-        c = unsized[0]
-        print(f"macco ground: {len(unsized)} captions to ground have no image size (width/height 0 in "
-              f"{tables / 'captions'}; e.g. caption {c['caption_id']}, image {c['image_id']}): rerun macco parse "
-              "with --images ROOT (and file_name in the JSONL) so sizes are read from the images", file=sys.stderr)
-        return 2
-    instances = None
-    if args.backend == "annotations":
-        if not args.instances:
-            print("macco ground: the annotations backend needs --instances ROOT (COCO layout) ", file=sys.stderr)
-            return 2
-        instances = read_instances(args.instances, args.splits)
-        known = {c["image_id"] for c in caps} & set(instances)
-        if caps and not known:
-            print(f"macco ground: none of the {len({c['image_id'] for c in caps})} images of {tables / 'captions'} "
-                  f"is in the instances files under {args.instances} (splits {' '.join(args.splits)}): the "
-                  "annotations backend reads COCO instance boxes for COCO captions; for other data use --backend "
-                  "groundingdino or hf", file=sys.stderr)
-            return 2
-    out = Path(args.out or tables)
-    official = _official_rows(tables) if args.backend == "official" else None
-    m = ground_stage(_grounding_config(args), caps, sg, args.images, out / "ground", instances=instances,
-                     official=official)
+    cfg = config_from_args(GroundingConfig, args, GROUND_FLAGS, "macco ground")
+    found = {t: _find(tables, t) for t in ("captions", "scene_graphs")}
+    if cfg.backend == "official":
+        found["official"] = _find(tables, "official")
+    images = {"kind": "images", "dir": str(args.images) if args.images else None,
+              "instances": str(args.instances) if args.instances else None, "content_hash": None}
+    out = Path(args.out or tables) / "ground"
+    m = run_in_folder("ground", cfg, folder_catalog(found, images=images), out, log=_quiet)["outputs"]
     _print_manifests(m)
-    print(f"wrote {out / 'ground'}")
+    print(f"wrote {out}")
     return 0
 
 
-def _unsized_to_ground(captions: list[dict], scene_graphs: list[dict]) -> list[dict]:
-    """Captions with an attribute/relation phrase (what grounding boxes) but no image size: every box found
-    for them would be rejected as outside a 0x0 image."""
-    grounded = {r["caption_id"] for r in scene_graphs if r["kind"] in ("attribute", "relation")}
-    return [c for c in captions if c["caption_id"] in grounded and (c["width"] <= 0 or c["height"] <= 0)]
-
-
 def _find(tables_root: Path, name: str) -> Path:
+    from data_schemas import TableError
     from pipeline.validate import discover_tables
 
     found = discover_tables(tables_root)
     if name not in found:
-        raise SystemExit(f"macco: no complete {name} table under {tables_root}")
+        raise TableError(f"{tables_root}: no complete table {name} under it")
     return found[name]
 
 
 def cmd_masks(args) -> int:
-    from data_schemas import TABLES, read_table
-    from pipeline.stages import patches_stage
+    from data_schemas.config import from_dict
+    from flows.catalog import folder_catalog
+    from flows.runner import run_in_folder
+    from pipeline.masks_stage import MasksConfig
 
     root = Path(args.tables)
-    caps = read_table(TABLES["captions"], _find(root, "captions")).to_pylist()
-    regions = read_table(TABLES["regions"], _find(root, "regions")).to_pylist()
+    inputs = folder_catalog({t: _find(root, t) for t in ("captions", "regions")})
     out = Path(args.out or root / "ground")
-    m = patches_stage(args.model or [DEFAULT_ARCH], caps, regions, out)
+    cfg = from_dict(MasksConfig, {"models": args.model} if args.model else {}, "macco masks")
+    m = run_in_folder("masks", cfg, inputs, out, log=_quiet)["outputs"]
     _print_manifests(m)
     _print_errors(m["errors"], out / "errors")
     print(f"wrote {out / 'patch_masks'} and {out / 'errors'}")

@@ -83,14 +83,15 @@ def add_parsers(sub) -> None:
 
 
 def cmd_train(args, extra=()) -> int:
-    from model.runtime import apply_process_settings
-    from model.train import load_config, note_printer, progress_printer, train
+    from flows.catalog import Catalog
+    from flows.runner import run_in_folder
+    from model.train import load_config, note_printer, progress_printer
 
     cfg = load_config(args.config, list(extra))
-    apply_process_settings(cfg.cpu_keep_freed_memory, cfg.device)
-    summary = train(cfg, progress_printer(cfg), note_printer)
-    last = summary["history"][-1] if summary["history"] else {}
-    print(json.dumps({"steps": summary["steps"], "last": last, "export": summary.get("export")}, indent=2))
+    # the train stage's record: its out_dir locked (a second macco train into it fails at once), checked first
+    m = run_in_folder("train", cfg, Catalog(), cfg.out_dir, log=note_printer, on_row=progress_printer(cfg),
+                      label=Path(cfg.out_dir).name)
+    print(json.dumps({"steps": m["steps"], "last": m["last"], "export": m["export"]}, indent=2))
     return 0
 
 
@@ -144,13 +145,14 @@ def cmd_run(args) -> int:
     import time
 
     from data_schemas.config import ConfigError
-    from flows.config import STAGES, load_config
+    from flows.config import load_config
+    from flows.registry import STAGES
 
     unknown = sorted(set(args.stages or []) - set(STAGES)) + sorted(set(args.force) - set(STAGES))
     if unknown:
         raise ConfigError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
     cfg = load_config(args.config)
-    os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(Path(cfg["artifacts"]).resolve() / ".prefect-results"))
+    os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(Path(cfg.artifacts).resolve() / ".prefect-results"))
     os.environ.setdefault("PREFECT_HOME", str(Path(".prefect").resolve()))
     from flows.pipeline import run_flow
 

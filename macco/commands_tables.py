@@ -9,7 +9,9 @@ from pathlib import Path
 def add_parsers(sub) -> None:
     v = sub.add_parser("validate", help="run the DuckDB checks over tables; non-zero exit on failure")
     v.add_argument("path", type=Path, help="an artifacts root or one table directory")
-    v.add_argument("--params", help='JSON thresholds, e.g. {"min_text_mask_coverage": 0.8}')
+    v.add_argument("--params", help='thresholds (data_schemas/checks.py CheckParams) as key=value pairs separated by '
+                   'commas, e.g. min_text_mask_coverage=0.8,min_grounded_coverage=0.9, or as JSON, e.g. '
+                   '\'{"min_text_mask_coverage": 0.8}\'')
     v.add_argument("--deep", action="store_true", help="first re-hash every part against its manifest (trusting "
                    "no size or mtime) and name the table and part that changed")
     v.set_defaults(fn=cmd_validate)
@@ -56,17 +58,50 @@ def add_parsers(sub) -> None:
     rp.set_defaults(fn=cmd_report)
 
 
+def parse_params(text: str | None):
+    """``--params``: JSON, or ``key=value`` pairs separated by commas (values read as YAML scalars), as
+    ``CheckParams`` (an unknown key or a wrong type: one line)."""
+    import yaml
+
+    from data_schemas.checks import check_params
+    from data_schemas.config import ConfigError
+
+    if not text:
+        return check_params(None)
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--params {text!r}: not valid JSON ({exc})") from None
+    else:
+        data = {}
+        for pair in text.split(","):
+            key, eq, value = pair.partition("=")
+            if not eq or not key.strip():
+                raise ConfigError(f"--params {text!r}: {pair!r} is not key=value")
+            data[key.strip()] = yaml.safe_load(value)
+    if not isinstance(data, dict):
+        raise ConfigError(f"--params {text!r}: a mapping of threshold -> value expected")
+    return check_params(data, "--params")
+
+
 def cmd_validate(args) -> int:
-    from pipeline.validate import discover_tables, format_results, validate
+    from data_schemas.checks import CheckResult
+    from flows.catalog import folder_catalog
+    from flows.config import ValidateConfig
+    from flows.runner import run_in_folder
+    from pipeline.validate import ValidationFailed, discover_tables, format_results
 
-    from data_schemas.checks import verify_deep
-
+    params = parse_params(args.params)
     tables = discover_tables(args.path)
-    params = json.loads(args.params) if args.params else None
-    if args.deep:
-        verify_deep(tables)  # a changed part: one line naming the table and the part (exit 2)
+    try:  # the validate stage's record, as the flow runs it (without a report file: this prints it)
+        m = run_in_folder("validate", ValidateConfig(params, deep=args.deep), folder_catalog(tables), None)
+        results = [CheckResult(**{**r, "examples": r["examples"].split("; ") if r["examples"] else []})
+                   for r in m["checks"]]
+    except ValidationFailed as exc:
+        results = exc.results
+    if args.deep:  # a changed part is one line naming the table and the part (exit 2), before any check
         print(f"deep check: every part of {len(tables)} table(s) is as written")
-    results = validate(tables, params, strict=False)
     print(format_results(results))
     failed = [r for r in results if r.status == "fail"]
     if failed:

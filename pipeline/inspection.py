@@ -22,11 +22,9 @@ def write_duckdb(tables: dict, db_path: str | Path) -> Path:
     """(Re)create ``db_path`` with the views of ``connect``."""
     db_path = Path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = db_path.with_name(db_path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    connect(tables, tmp).close()
-    tmp.replace(db_path)
-    return db_path
+    from data_schemas import replace_file
+
+    return replace_file(db_path, lambda tmp: connect(tables, tmp).close())
 
 
 def summarize(tables: dict) -> dict:

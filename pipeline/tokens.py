@@ -83,7 +83,7 @@ def get_tokenizer(model: str = DEFAULT_ARCH):
     downloaded here.
     """
     arch = "ViT-B-32" if model in TINY_ARCHS else model
-    if arch.endswith("-gelu") and not arch.endswith("-quickgelu"):  # model.resolve_arch's alias: same tokenizer
+    if arch.endswith("-gelu") and not arch.endswith("-quickgelu"):  # model.factory.resolve_arch's alias: same tokenizer
         arch = arch.removesuffix("-gelu")
     text_cfg = None if arch.startswith("local-dir:") else _builtin_text_cfg(arch)
     hub = arch.removeprefix("hf-hub:") if arch.startswith("hf-hub:") else (text_cfg or {}).get("hf_tokenizer_name")

@@ -7,12 +7,7 @@ from pathlib import Path
 from data_schemas import TABLES
 from data_schemas import InputFileError, TableError
 from data_schemas._spec import MANIFEST
-from data_schemas.checks import CheckResult, run_checks
-
-
-# the modules whose code the checks are (the validate stage's code version)
-CODE_MODULES = ("data_schemas.checks", *(f"data_schemas.{t}" for t in ("captions", "scene_graphs", "token_masks",
-                                                                      "regions", "patch_masks", "errors")))
+from data_schemas.checks import CheckParams, CheckResult, run_checks
 
 
 class ValidationFailed(InputFileError):
@@ -66,7 +61,8 @@ def discover_tables(path: str | Path) -> dict[str, Path | list[Path]]:
     return out
 
 
-def validate(tables: dict[str, Path | list[Path]], params: dict | None = None, *, strict: bool = True) -> list[CheckResult]:
+def validate(tables: dict[str, Path | list[Path]], params: CheckParams | dict | None = None, *,
+             strict: bool = True) -> list[CheckResult]:
     if not tables:
         raise TableError("no complete tables found to validate")
     results = run_checks(tables, params)

@@ -29,7 +29,6 @@ from pipeline.world_benchmarks import write_benchmarks
 from pipeline.world_scene import (COLOURS, INVERSE, KINDS, RELATIONS, SIZES, Relation, Scene, Shape,  # noqa: F401
                                   load_scenes)
 
-CODE_MODULES = ("pipeline.world", "pipeline.world_scene", "pipeline.world_benchmarks")  # the world stage's code
 
 BACKGROUND = (128, 128, 128)
 # surface forms per relation (all parse to a relation whose words the text mask covers)

@@ -44,13 +44,13 @@ def python():
 def world_tables(world, tmp_path_factory):
     """The session world run through captions -> parse -> ground (annotations) -> patch masks."""
     from data_schemas import TABLES, read_table
-    from pipeline.stages import patches_stage
+    from pipeline.masks_stage import MasksConfig, masks_stage
     from tests_support import build_world_tables
 
     out = tmp_path_factory.mktemp("tables")
     caps = build_world_tables(world, out)
     regions = read_table(TABLES["regions"], out / "ground" / "regions").to_pylist()
-    patches_stage(["macco-micro"], caps, regions, out / "ground")
+    masks_stage(MasksConfig(["macco-micro"]), caps, regions, out / "ground")
     return {"captions": out / "captions", "token_masks": out / "token_masks", "scene_graphs": out / "scene_graphs",
             "regions": out / "ground" / "regions", "patch_masks": out / "ground" / "patch_masks", "root": out}
 

@@ -190,8 +190,9 @@ def build_world_tables(world: Path, out: Path, clip_model: str | None = None) ->
     them; returns the caption rows."""
     from data_schemas import TABLES, read_table
     from pipeline.grounding.base import GroundingConfig
-    from pipeline.stages import (CaptionsConfig, ParseConfig, captions_stage, ground_stage, parse_stage,
-                                 read_caption_input, read_instances)
+    from pipeline.captions_stage import CaptionsConfig, captions_stage, read_caption_input
+    from pipeline.grounding.stage import ground_stage, read_instances
+    from pipeline.parse_stage import ParseConfig, parse_stage
 
     captions_stage(CaptionsConfig(root=str(world)), out)
     caps = read_caption_input(out / "captions")

@@ -9,17 +9,17 @@ from typing import Iterable
 
 from data_schemas.config import ConfigError
 from data_schemas.errors import error_row
-from data_schemas.provenance import code_version
+from data_schemas.provenance import closure_version
 from pipeline.grounding.plan import plan_queries, regions_from_boxes
 from pipeline.shards import content_hash, only_stage, run_sharded
 
 
-def ground_code_modules(backend: str) -> tuple[str, ...]:
-    """The modules whose code the ground stage's output depends on (its code version; the flow's key too)."""
+def code_roots(backend: str) -> tuple[str, ...]:
+    """The ground stage's code roots: this module and the backend's (loaded by name, so not in this module's
+    import closure); its code version is their closure's (``data_schemas.provenance.closure_version``)."""
     from pipeline.grounding import backend_module
 
-    return ("pipeline.grounding", "pipeline.grounding.base", "pipeline.grounding.plan", backend_module(backend),
-            "pipeline.grounding.stage", "pipeline.shards")
+    return (__name__, backend_module(backend))
 
 
 def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root: str | Path | None,
@@ -85,7 +85,7 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
         return {"regions": regions, "errors": errors}
 
     conf = {k: v for k, v in asdict(cfg).items() if k not in ("device", "batch_size", "shard_size")}
-    ver = code_version(*ground_code_modules(cfg.backend))
+    ver = closure_version(*code_roots(cfg.backend))
     if inputs is None:
         inputs = content_hash([[images[i]["captions"] for i in image_ids], scene_graphs,
                                sorted((instances or {}).items()), sorted(by_official.items())])
@@ -161,5 +161,3 @@ def read_instances(root: str | Path, splits: Iterable[str]) -> dict[int, list[di
         out.update(read_coco_instances(Path(root) / "annotations" / f"instances_{split}2014.json"))
     return out
 
-
-# ---- patch masks -----------------------------------------------------------------------------------------

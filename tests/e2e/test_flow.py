@@ -84,13 +84,14 @@ def test_single_stage_needs_its_upstream_and_validation_gates_training(harness, 
     run(cfg, stages=["world", "captions", "parse", "ground", "masks"])
     with pytest.raises(StageMissing, match="stage .validate. is not selected and has no complete output"):
         macco_pipeline(config=str(cfg), stages=["train"])
-    # thresholds nothing can meet: the gate fails the flow before any training
+    # a threshold the tables cannot meet (another tokenizer's end-of-text id): the gate fails the flow before any
+    # training
     c = yaml.safe_load(cfg.read_text())
-    c["validate"]["params"]["min_grounded_coverage"] = 1.01
+    c["validate"]["params"]["eot_token_id"] = 5
     cfg.write_text(yaml.safe_dump(c))
     from pipeline.validate import ValidationFailed
 
-    with pytest.raises(ValidationFailed, match="regions.coverage"):
+    with pytest.raises(ValidationFailed, match="token_masks.eot_consistent"):
         macco_pipeline(config=str(cfg))
     assert not (tmp_path / "artifacts" / "runs").exists()
 
@@ -194,5 +195,5 @@ def test_preprocessing_shards_on_a_local_dask_cluster(harness, tmp_path):
 
     cfg = tiny_config(tmp_path, dask={"address": None, "local_workers": 2})
     out = run_flow(str(cfg), stages=["world", "captions", "parse", "ground"])
-    assert out["parse"]["tables"]["scene_graphs"]["rows"] > 0
-    assert out["ground"]["tables"]["regions"]["rows"] > 0
+    assert out["parse"]["outputs"]["scene_graphs"]["rows"] > 0
+    assert out["ground"]["outputs"]["regions"]["rows"] > 0

@@ -98,12 +98,13 @@ def test_source_through_the_whole_flow(harness, world, gdino, tmp_path, kind):
     out, states = run_flow_states(cfg)
     caps = out["captions"]
     n_pairs = len(read_coco_root(world).rows)
-    assert caps["tables"]["captions"]["rows"] == n_pairs and caps["tables"]["errors"]["rows"] == 0
-    assert caps["source"] == kind
+    assert caps["outputs"]["captions"]["rows"] == n_pairs and caps["outputs"]["errors"]["rows"] == 0
+    assert caps["outputs"]["captions"]["source"] == kind
+    root = caps["outputs"]["images"]["dir"]
     if kind == "webdataset":  # training and grounding read the content-addressed store
-        assert Path(caps["root"]) == Path(caps["dir"]).resolve() / "images"
-        assert len(list(Path(caps["root"]).rglob("*.jpg"))) == len({p["file_name"] for p in read_coco_root(world).rows})
-    assert out["ground"]["tables"]["regions"]["rows"] > 0 and out["masks"]["tables"]["patch_masks"]["rows"] > 0
+        assert Path(root) == Path(caps["dir"]).resolve() / "images"
+        assert len(list(Path(root).rglob("*.jpg"))) == len({p["file_name"] for p in read_coco_root(world).rows})
+    assert out["ground"]["outputs"]["regions"]["rows"] > 0 and out["masks"]["outputs"]["patch_masks"]["rows"] > 0
     assert set(states["train"]) == {"Completed"} and out["train"]["macco"][0]["last"]["total_loss"] > 0
     ev = json.loads(Path(out["evaluate"]["macco"][0]["results"]).read_text())
     assert "whatsup" in ev["benchmarks"] and "probes" not in ev  # the probes need the world's scene truth
@@ -119,11 +120,11 @@ def test_source_through_the_whole_flow(harness, world, gdino, tmp_path, kind):
         lines = Path(data["path"]).read_text().splitlines()
         Path(data["path"]).write_text("\n".join(lines[:-3]) + "\n")
         out2, states = run_flow_states(cfg, stages=["captions"])
-        assert states["captions"] == ["Completed"] and out2["captions"]["tables"]["captions"]["rows"] == n_pairs - 3
+        assert states["captions"] == ["Completed"] and out2["captions"]["outputs"]["captions"]["rows"] == n_pairs - 3
         c = yaml.safe_load(cfg.read_text())
         c["ground"] = {"backend": "annotations"}
         cfg.write_text(yaml.safe_dump(c))
         from flows.pipeline import macco_pipeline
 
-        with pytest.raises(ValueError, match="works with data.source coco only"):
+        with pytest.raises(ValueError, match="the annotations backend reads COCO instance boxes"):
             macco_pipeline(config=str(cfg), stages=["captions", "parse", "ground"])

@@ -195,7 +195,8 @@ def test_validate_deep_passes_on_untouched_tables(tables, capsys):
 # ---- the world's files are part of its cache entry ----------------------------------------------------------
 def test_a_stage_whose_listed_files_are_gone_or_resized_is_not_done(tmp_path):
     """The world's manifest listed no files: with every training image deleted, world came back Cached."""
-    from flows.dag import FILE_LIST, STAGE_FILE, stage_done, write_stage
+    from flows.records_data import FILE_LIST
+    from flows.runner import STAGE_FILE, stage_done, write_stage
 
     out = tmp_path / "world"
     (out / "train2014").mkdir(parents=True)
@@ -250,8 +251,13 @@ def test_a_retried_append_of_one_evaluation_adds_its_rows_once(tmp_path):
 def test_an_evaluate_stopped_before_its_stage_record_appends_once_when_resumed(tmp_path, monkeypatch):
     """The flow's evaluate task killed after the append (before write_stage): the rerun reads its results.json
     back, appends nothing new, and completes the stage."""
-    import flows.tasks as tasks
+    import flows.runner as runner
     import model.benchmarks as benchmarks
+    from flows.catalog import Catalog
+    from flows.config import EvaluatePlan
+    from flows.registry import BY_NAME
+    from flows.stage import Call
+    from model.benchmarks import EvalConfig
 
     calls = []
 
@@ -262,16 +268,19 @@ def test_an_evaluate_stopped_before_its_stage_record_appends_once_when_resumed(t
         return res
 
     monkeypatch.setattr(benchmarks, "evaluate", fake_evaluate)
-    monkeypatch.setattr(tasks, "get_run_logger", lambda: __import__("logging").getLogger("test"))
-    real_write_stage = tasks.write_stage
-    monkeypatch.setattr(tasks, "write_stage", lambda out, m: (_ for _ in ()).throw(KeyboardInterrupt()))
+    real_write_stage = runner.write_stage
+    monkeypatch.setattr(runner, "write_stage", lambda out, m: (_ for _ in ()).throw(KeyboardInterrupt()))
     out, history = tmp_path / "evaluate" / "k", str(tmp_path / "eval_results")
     run = {"arch": "macco-micro", "export_pt": str(tmp_path / "export.pt")}
-    fn = tasks.evaluate_task.fn
+
+    def call() -> Call:
+        return Call(EvaluatePlan(probes=False), Catalog(), out, "k", label="macco-s0",
+                    extra={"run": run, "eval_config": EvalConfig(), "probe": None, "history": history})
+
     with pytest.raises(KeyboardInterrupt):
-        fn("macco-s0", run, {}, str(out), "k", history)
-    monkeypatch.setattr(tasks, "write_stage", real_write_stage)
-    done = fn("macco-s0", run, {}, str(out), "k", history)
+        runner.complete(BY_NAME["evaluate"], call())
+    monkeypatch.setattr(runner, "write_stage", real_write_stage)
+    done = runner.complete(BY_NAME["evaluate"], call())
     rows = read_table(TABLES["eval_results"], history).to_pylist()
     assert calls == ["macco-s0"] and len(rows) == 2 and {r["eval_id"] for r in rows} == {done["eval_id"]}
 

@@ -100,25 +100,28 @@ def test_edited_instances_under_a_coco_root_reground(harness, world, tmp_path):
     inst.write_text(json.dumps(data))
     out2, states = run_flow_states(cfg, stages=stages)
     assert states["ground"] == ["Completed"]  # not Cached with the old regions
-    assert out2["ground"]["content_hash"] != out["ground"]["content_hash"]
+    assert out2["ground"]["outputs"]["regions"]["content_hash"] != out["ground"]["outputs"]["regions"]["content_hash"]
 
 
 def test_a_second_writer_of_a_stage_fails_with_a_message(harness, tmp_path):
     from flows.config import load_config
-    from flows.pipeline import StageLocked, macco_pipeline, stage_lock
-    from flows.dag import BY_NAME, stage_key
+    from flows.pipeline import StageLocked, macco_pipeline
+    from flows.registry import BY_NAME
+    from flows.runner import output_lock
+    from flows.stage import stage_key
 
     cfg = config(tmp_path)
     c = load_config(cfg)
-    key = stage_key(BY_NAME["world"], {}, c)
-    art = Path(c["artifacts"])
+    key = stage_key(BY_NAME["world"], [], c.world)
+    art = Path(c.artifacts)
+    lock = art / ".locks" / f"world-{key}.lock"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from flows.pipeline import stage_lock\n"
-        f"with stage_lock(Path({str(art)!r}), Path({str(art / 'world' / key)!r})):\n"
+        "import sys, time; from pathlib import Path; from flows.runner import output_lock\n"
+        f"with output_lock(Path({str(lock)!r}), Path({str(art / 'world' / key)!r})):\n"
         "    print('locked', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(StageLocked, match=rf"world/{key}: another macco run is writing this stage \(pid "
+        with pytest.raises(StageLocked, match=rf"world/{key}: another macco process is writing it \(pid "
                                               rf"{holder.pid} "):
             macco_pipeline(config=str(cfg), stages=["world"])
         assert not (art / "world" / key).exists()
@@ -127,7 +130,7 @@ def test_a_second_writer_of_a_stage_fails_with_a_message(harness, tmp_path):
         holder.wait()
     out, states = run_flow_states(cfg, stages=["world"])  # released: the stage runs
     assert states["world"] == ["Completed"]
-    with stage_lock(art, art / "world" / key):  # and the lock is free again afterwards
+    with output_lock(lock, art / "world" / key):  # and the lock is free again afterwards
         pass
 
 
@@ -145,5 +148,5 @@ def test_deleted_world_images_are_not_served_cached(harness, tmp_path):
     shutil.rmtree(images)
     out2, states = run_flow_states(cfg, stages=stages)
     assert states["world"] == ["Completed"] and len(list(images.iterdir())) == n
-    assert out2["world"]["content_hash"] == out["world"]["content_hash"]
+    assert out2["world"]["outputs"]["source"]["content_hash"] == out["world"]["outputs"]["source"]["content_hash"]
     assert all(set(states[s]) == {"Cached"} for s in ("captions", "parse", "ground", "masks")), states

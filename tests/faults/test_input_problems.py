@@ -144,7 +144,7 @@ def test_training_skips_an_image_resized_after_grounding(world, world_tables, tm
     ("max_steps=-5", "max_steps: -5 must be > 0"),  # was a misleading "no full batch"
     ("lr_clip=-1", "lr_clip: -1.0 must be >= 0"),  # trained and reported Completed
     ("rect_prob=1.5", "rect_prob: 1.5 must be in [0, 1]"),
-    ("loss_weights={mask_image: -250}", "loss_weights.mask_image: -250 must be >= 0"),
+    ("loss_weights={image_reconstruction_loss: -250}", "loss_weights.image_reconstruction_loss: -250 must be >= 0"),
 ])
 def test_train_config_out_of_range_is_one_line(tmp_path, capsys, override, message):
     assert main(["train", override, f"out_dir={tmp_path / 'r'}"]) == 2
@@ -240,10 +240,10 @@ def test_captions_into_a_used_folder_counts_its_own_errors(tmp_path, capsys):
 @pytest.mark.parametrize("seeds", [[-1], [0, -3]])
 def test_a_runs_own_negative_seed_is_one_line_as_the_flows_is(seeds):
     from data_schemas.config import ConfigError
-    from flows.config import TrainPlan
+    from flows.config import train_plan
 
     with pytest.raises(ConfigError, match=r"train.runs.m.seeds: .* integers >= 0"):
-        TrainPlan(runs={"m": {"mode": "macco", "seeds": seeds}})
+        train_plan({"runs": {"m": {"mode": "macco", "seeds": seeds}}})
 
 
 def test_a_version_1_rows_null_protocol_reads_the_same_upgraded_and_in_the_view(tmp_path, capsys):

@@ -7,7 +7,7 @@ from PIL import Image
 
 from data_schemas import TABLES, read_table
 from macco.cli import main
-from pipeline.stages import read_caption_input
+from pipeline.captions_stage import read_caption_input
 
 GOOD = "a red circle left of a blue square"
 

@@ -12,7 +12,7 @@ from PIL import Image
 
 from data_schemas import TABLES, read_table, write_table
 from pipeline.grounding.base import Box, GroundingConfig, GroundItem
-from pipeline.stages import ground_stage
+from pipeline.grounding.stage import ground_stage
 
 
 def concepts(cid: int) -> list[dict]:
@@ -129,7 +129,7 @@ def test_a_lone_tiny_image_in_its_shard_is_an_error_row(tmp_path):
 
 
 def test_a_killed_parse_rerun_after_edited_captions_does_not_reuse_old_shards(world_tables, tmp_path):
-    from pipeline.stages import ParseConfig, parse_stage
+    from pipeline.parse_stage import ParseConfig, parse_stage
 
     caps = read_table(TABLES["captions"], world_tables["captions"]).to_pylist()[:20]
     cfg = ParseConfig(clip_model="macco-micro", shard_size=10)

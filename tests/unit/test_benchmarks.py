@@ -94,7 +94,7 @@ def test_batched_scorer_equals_a_naive_per_sample_loop(world):
     import open_clip
     import torch
 
-    from model import register_model_configs
+    from model.factory import register_model_configs
     from model.benchmarks.scoring import Encoder
 
     register_model_configs()
@@ -219,7 +219,7 @@ def test_cli_eval_json_and_results_table(world, tmp_path, capsys):
 
     from data_schemas import TABLES, read_table
     from macco.cli import main
-    from model import register_model_configs
+    from model.factory import register_model_configs
 
     register_model_configs()
     torch.save({"state_dict": open_clip.create_model("macco-micro").state_dict()}, tmp_path / "m.pt")
@@ -246,7 +246,7 @@ def test_zeroshot_on_an_image_folder(tmp_path):
     import open_clip
     import torch
 
-    from model import register_model_configs
+    from model.factory import register_model_configs
     from model.benchmarks import zeroshot
     from model.benchmarks.scoring import Encoder
 
@@ -276,7 +276,8 @@ def test_the_registry_is_the_one_list_of_benchmarks():
 
     from macco.cli import build_parser
     from model.benchmarks import BENCHMARKS, REGISTRY, case_groups
-    from model.benchmarks.registry import code_modules, get
+    from data_schemas.provenance import module_closure
+    from model.benchmarks.registry import code_roots, get
 
     assert tuple(REGISTRY) == BENCHMARKS and len(set(BENCHMARKS)) == 15
     for b in REGISTRY.values():
@@ -284,7 +285,7 @@ def test_the_registry_is_the_one_list_of_benchmarks():
         assert b.code().__name__ == f"model.benchmarks.{b.module}"
     pkg = Path(aro.__file__).parent
     assert {f"model.benchmarks.{p.stem}" for p in pkg.glob("*.py") if p.stem != "__init__"} | {
-        "model.benchmarks"} <= set(code_modules())
+        "model.benchmarks"} <= set(module_closure(*code_roots()))
     with pytest.raises(ValueError, match="unknown benchmark 'nope'"):
         get("nope")
     assert case_groups("zeroshot", Case("x.png", ["a"], 0, "s"), EvalConfig()) == []

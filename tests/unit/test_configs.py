@@ -74,7 +74,8 @@ def test_literal_options_match_what_the_stages_accept():
     from pipeline.grounding import BACKENDS
     from pipeline.grounding.base import GroundingConfig
     from pipeline.sources import SOURCES
-    from pipeline.stages import CaptionsConfig, ParseConfig
+    from pipeline.captions_stage import CaptionsConfig
+    from pipeline.parse_stage import ParseConfig
 
     assert choices(CaptionsConfig, "source") == SOURCES
     assert choices(GroundingConfig, "backend") == tuple(BACKENDS)
@@ -94,7 +95,7 @@ def test_flow_defaults_are_the_stage_configs_defaults():
     from flows.config import DEFAULTS
     from model.train_config import TrainConfig
     from pipeline.grounding.base import GroundingConfig
-    from pipeline.stages import ParseConfig
+    from pipeline.parse_stage import ParseConfig
     from pipeline.world import WorldConfig
 
     assert DEFAULTS["world"] == {"seed": 0, "images": 1000, "size": 64, "eval_fraction": 0.2,
@@ -111,6 +112,8 @@ def test_flow_defaults_are_the_stage_configs_defaults():
         assert all(DEFAULTS[section][k] == d[k] for k in DEFAULTS[section]), section
     assert DEFAULTS["train"]["arch"] == TrainConfig().arch == ParseConfig().clip_model == DEFAULT_ARCH
     assert DEFAULTS["masks"]["models"] == [DEFAULT_ARCH]
+    assert DEFAULTS["validate"]["params"] == {"eot_token_id": 49407, "min_text_mask_coverage": 0.5,
+                                              "min_grounded_coverage": 0.5}
 
 
 @pytest.mark.parametrize("over,message", [
@@ -130,7 +133,7 @@ def test_flow_defaults_are_the_stage_configs_defaults():
 def test_flow_config_checks_every_section_when_read(tmp_path, over, message):
     from flows.config import load_config
 
-    assert load_config("configs/demo.yaml")["train"]["arch"] == "macco-tiny"
+    assert load_config("configs/demo.yaml").train.arch == "macco-tiny"
     with pytest.raises(ValueError, match=message):
         load_config("configs/demo.yaml", over)
 
@@ -139,7 +142,7 @@ def test_cli_flags_are_derived_from_the_configs():
     from macco.cli import build_parser
     from model.benchmarks import EvalConfig
     from pipeline.grounding.base import GroundingConfig
-    from pipeline.stages import ParseConfig
+    from pipeline.parse_stage import ParseConfig
     from pipeline.world import WorldConfig
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
@@ -166,15 +169,16 @@ def test_the_flow_config_is_one_typed_tree_of_the_stage_dataclasses(tmp_path):
     refused parse.batch_size, ground.half, world.captions_per_image...), the flow's own sections are typed plans."""
     import yaml
 
-    from flows.config import DaskPlan, EvaluatePlan, TrainPlan, flow_config, load_config
+    from flows.config import DaskPlan, EvaluatePlan, FlowConfig, TrainPlan, load_config
     from pipeline.grounding.base import GroundingConfig
-    from pipeline.stages import ParseConfig
+    from pipeline.parse_stage import ParseConfig
     from pipeline.world import WorldConfig
 
     over = {"parse": {"batch_size": 64, "context_length": 77}, "ground": {"half": False, "max_boxes_per_phrase": 3},
             "world": {"captions_per_image": 3}, "dask": {"local_workers": 2}}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(over))
-    tree = flow_config(load_config(tmp_path / "c.yaml"))
+    tree = load_config(tmp_path / "c.yaml")
+    assert isinstance(tree, FlowConfig)
     assert isinstance(tree.parse, ParseConfig) and tree.parse.batch_size == 64 and tree.parse.context_length == 77
     assert isinstance(tree.ground, GroundingConfig) and tree.ground.half is False
     assert isinstance(tree.world, WorldConfig) and tree.world.captions_per_image == 3
@@ -200,8 +204,49 @@ def test_data_and_task_configs_take_their_defaults_from_the_train_config():
     d, m = DataConfig(), MaccoConfig()
     assert (d.split, d.crop_scale, d.rect_prob, d.rect_ratio, d.mask_phrases) == \
         (t.split, t.crop_scale, t.rect_prob, t.rect_ratio, t.mask_phrases)
-    assert (m.mode, m.hardneg, m.mca, m.mir, m.heads) == (t.mode, t.hardneg, t.mca, t.mir, t.predictor_heads)
-    run = load_config(None, ["rect_prob=0.3", "mode=image-only", "mca=false", "loss_weights={mask_image: 7.5}"])
+    assert (m.mode, m.hardneg, m.mca, m.mir, m.predictor_heads) == (t.mode, t.hardneg, t.mca, t.mir,
+                                                                      t.predictor_heads)
+    run = load_config(None, ["rect_prob=0.3", "mode=image-only", "mca=false",
+                             "loss_weights={image_reconstruction_loss: 7.5}"])
     assert DataConfig.from_train(run, "train").rect_prob == 0.3
     mc = MaccoConfig.from_train(run)
-    assert (mc.mode, mc.mca, mc.weights.mask_image, mc.weights.contrast) == ("image-only", False, 7.5, 1.0)
+    assert (mc.mode, mc.mca, mc.loss_weights.image_reconstruction_loss, mc.loss_weights.contrast_loss) == \
+        ("image-only", False, 7.5, 1.0)
+
+
+@pytest.mark.parametrize("over,where", [({"name": "../outside"}, "config name"), ({"name": "/tmp/abs"}, "config name"),
+                                        ({"name": "a/b"}, "config name"), ({"name": ".."}, "config name"),
+                                        ({"train": {"runs": {"../r": {"mode": "macco"}}}}, "config train.runs")])
+def test_names_that_would_leave_the_artifacts_folder_are_refused(over, where):
+    """A config's name (or a run's) with ../ or an absolute path wrote the report and a whole run folder outside
+    artifacts/ and replaced a user's results.md there: every name joined to a folder is one path component."""
+    from flows.config import load_config
+
+    with pytest.raises(ValueError, match=rf"{where}: .* is not a plain name \(one path component"):
+        load_config("configs/demo.yaml", over)
+
+
+def test_validate_params_are_typed(tmp_path):
+    """A typo in a validate threshold (min_text_mask_coverge: 1.5) passed and the gate ran at its default; a string
+    value reached DuckDB's SQL as a traceback."""
+    from flows.config import load_config
+
+    tree = load_config("configs/demo.yaml")
+    assert tree.validate.params.min_text_mask_coverage == 0.95 and tree.validate.deep is True
+    for params, message in (({"min_text_mask_coverge": 1.5}, r"unknown key 'validate.params.min_text_mask_coverge'"),
+                            ({"min_text_mask_coverage": "lots"}, "min_text_mask_coverage: 'lots' is not a valid float"),
+                            ({"min_grounded_coverage": 1.5}, r"min_grounded_coverage: 1.5 must be in \[0, 1\]")):
+        with pytest.raises(ValueError, match=message):
+            load_config("configs/demo.yaml", {"validate": {"params": params}})
+
+
+def test_one_name_per_setting_from_the_yaml_to_the_loss():
+    """The predictor's heads and the loss weights keep their YAML names down to the loss terms."""
+    from model.losses import LossWeights, term_weights
+    from model.task import MaccoConfig
+    from model.train_config import load_config as train_config
+
+    run = train_config(None, ["predictor_heads=4", "loss_weights={image_reconstruction_loss: 7.5}"])
+    mc = MaccoConfig.from_train(run)
+    assert mc.predictor_heads == 4 and mc.loss_weights.image_reconstruction_loss == 7.5
+    assert set(term_weights(LossWeights())) == {f.name for f in __import__("dataclasses").fields(LossWeights)}

@@ -8,8 +8,10 @@ from pipeline.grounding.annotations import AnnotationsGrounder
 from pipeline.grounding.base import (GroundingConfig, GroundItem, build_prompt,
                                      phrase_token_indices, select_boxes)
 from pipeline.grounding.plan import object_queries
-from pipeline.stages import (ParseConfig, ground_stage, parse_stage, patches_stage, read_caption_input,
-                             read_instances)
+from pipeline.captions_stage import read_caption_input
+from pipeline.grounding.stage import ground_stage, read_instances
+from pipeline.masks_stage import MasksConfig, masks_stage
+from pipeline.parse_stage import ParseConfig, parse_stage
 from tests_support import build_tiny_groundingdino_py, build_tiny_hf_groundingdino, write_tiny_bert
 
 
@@ -149,7 +151,7 @@ def test_object_queries():
 
 
 def test_ground_and_patch_stages_on_world(world, tmp_path):
-    from pipeline.stages import CaptionsConfig, captions_stage
+    from pipeline.captions_stage import CaptionsConfig, captions_stage
 
     captions_stage(CaptionsConfig(root=str(world), splits=("val",)), tmp_path)
     caps = read_caption_input(tmp_path / "captions")
@@ -167,7 +169,7 @@ def test_ground_and_patch_stages_on_world(world, tmp_path):
     assert len(grounded) / len(phrases) >= 0.97
     rel = next(r for r in sg if r["kind"] == "relation" and (r["caption_id"], r["concept_id"]) in grounded)
     assert len([r for r in regions if (r["caption_id"], r["concept_id"]) == (rel["caption_id"], rel["concept_id"])]) == 2
-    pm = patches_stage(["macco-tiny", "ViT-B-32"], caps, regions, tmp_path / "g")
+    pm = masks_stage(MasksConfig(["macco-tiny", "ViT-B-32"]), caps, regions, tmp_path / "g")
     assert pm["patch_masks"]["rows"] == 2 * len(grounded)
     from pipeline.validate import validate
     results = validate({"captions": tmp_path / "captions", "scene_graphs": tmp_path / "scene_graphs",
@@ -204,8 +206,7 @@ def test_cli_ground_masks_show(world, tmp_path, capsys):
 
     t = tmp_path / "t"
     assert main(["parse", str(world / "annotations" / "captions_val2014.json"), "--out", str(t)]) == 0
-    assert main(["ground", str(t), "--images", str(world / "val2014"), "--instances", str(world),
-                 "--splits", "val"]) == 0
+    assert main(["ground", str(t), "--images", str(world / "val2014"), "--instances", str(world)]) == 0
     assert main(["masks", str(t), "--model", "macco-tiny", "--model", "ViT-B-16"]) == 0
     pm = read_table(TABLES["patch_masks"], t / "ground" / "patch_masks").to_pylist()
     assert {r["grid"] for r in pm} == {8, 14}

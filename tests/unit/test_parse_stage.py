@@ -5,7 +5,8 @@ import pytest
 from data_schemas import TABLES, read_table
 from macco.cli import main
 from pipeline.captions import InputFileError
-from pipeline.stages import ParseConfig, parse_stage, read_caption_input
+from pipeline.captions_stage import read_caption_input
+from pipeline.parse_stage import ParseConfig, parse_stage
 
 
 def test_cli_parse_coco_json_writes_tables_that_validate(world, tmp_path, capsys):

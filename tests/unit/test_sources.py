@@ -149,7 +149,7 @@ def test_cli_captions_then_parse(world, tmp_path, capsys):
                  str(tmp_path / "b.tar"), "--out", str(tmp_path / "w")]) == 0
     assert "errors: 1 missing_image=1" in capsys.readouterr().out
     assert len(list((tmp_path / "w" / "images").rglob("*.jpg"))) == 1
-    from pipeline.stages import CaptionsConfig
+    from pipeline.captions_stage import CaptionsConfig
 
     assert CaptionsConfig(source="csv", path="x.tsv", csv_separator="\\t").csv_separator == "\t"
 
@@ -160,12 +160,10 @@ CONFIGS = sorted(p for p in (Path(__file__).resolve().parents[2] / "configs").gl
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_shipped_configs_load_with_valid_data_and_train_sections(path):
-    from flows.config import load_config
-    from model.train import load_config as train_config
-    from pipeline.stages import CaptionsConfig
+    from flows.config import FlowConfig, load_config
+    from model.train_config import TrainConfig
+    from pipeline.captions_stage import CaptionsConfig
 
-    cfg = load_config(path)
-    data = cfg["data"] if cfg["data"]["root"] or cfg["data"]["source"] != "coco" else {**cfg["data"], "root": "."}
-    CaptionsConfig(**data)
-    for run in cfg["train"]["runs"].values():  # every run's settings are valid train settings (keys and values)
-        train_config(None, [], **{k: v for k, v in {**cfg["train"]["common"], **run}.items() if k != "seeds"})
+    cfg = load_config(path)  # the typed tree: every section through its dataclass, every run a TrainConfig
+    assert isinstance(cfg, FlowConfig) and isinstance(cfg.data, CaptionsConfig)
+    assert cfg.train.runs and all(isinstance(r.config, TrainConfig) for r in cfg.train.runs.values())

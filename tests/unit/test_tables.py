@@ -261,3 +261,33 @@ def test_cli_validate_and_inspect(tmp_path, capsys):
     assert main(["validate", str(tmp_path / "bad")]) == 1
     err = capsys.readouterr().err
     assert "patch_masks.patch_in_grid" in err and "caption_id=1, concept_id=3, grid=8" in err
+
+
+def _rewrite_own_rows(table: str, stage: str, n: int, start) -> None:
+    """One stage rewriting its own rows of a shared errors table ``n`` times (as captions and parse do)."""
+    from pipeline.shards import only_stage
+
+    spec = TABLES["errors"]
+    start.wait()
+    for i in range(n):
+        rows = [{"stage": stage, "item_id": f"{stage}-{k}", "reason": "r", "message": f"round {i}"} for k in range(3)]
+        write_table(spec, table, spec.from_rows(rows), replaces=only_stage(stage))
+
+
+def test_two_stages_rewriting_one_errors_table_at_once_keep_each_others_rows(tmp_path):
+    """Two macco stages writing one errors table at once lost a stage's rows (1 try in 6): each read the table,
+    then renamed its own version over the other's. The write holds the table's lock from read to rename."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(2)
+    table = str(tmp_path / "errors")
+    procs = [ctx.Process(target=_rewrite_own_rows, args=(table, stage, 15, start)) for stage in ("captions", "parse")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    rows = read_table(TABLES["errors"], table).to_pylist()
+    assert sorted(r["item_id"] for r in rows) == [f"{s}-{k}" for s in ("captions", "parse") for k in range(3)]
+    assert {r["message"] for r in rows} == {"round 14"}

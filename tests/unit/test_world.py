@@ -8,7 +8,7 @@ from pipeline.world import (COLOURS, KINDS, SIZES, WorldConfig, generate_world, 
 
 
 def _digest(root):
-    from pipeline.stages import tree_hash
+    from pipeline.shards import tree_hash
 
     return tree_hash(root)
 

@@ -1,0 +1,251 @@
+"""The model stages' records: validate (the gate), train (the base chain, then every run x seed), evaluate (every
+model on every benchmark set; the probes on the synthetic world) and report. Train and evaluate run once per model:
+their ``drive`` asks the runner for each (its own settings, reads and key); every run goes through the same
+``Stage.run``. No Prefect."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from data_schemas import replace_file
+from data_schemas.config import ConfigError
+from flows.config import plain
+from flows.stage import Call, Stage, folder_key, roots, weights_key
+
+MASK_TABLES = ("captions", "scene_graphs", "token_masks", "regions", "patch_masks")
+TRAINING_TABLES = ("captions", "token_masks", "scene_graphs", "regions")
+HISTORY = "eval_results"  # artifacts/eval_results: every evaluation's rows, appended (never replaced)
+
+
+# ---- validate: the gate -------------------------------------------------------------------------------------------
+def _validate(call: Call) -> dict:
+    """Every part re-hashed (``deep``), then the DuckDB checks; ``report.json`` either way; a failed check raises
+    ``ValidationFailed`` (the gate: only a passing validation is done)."""
+    from data_schemas import TableError
+    from data_schemas.checks import run_checks, verify_deep
+    from pipeline.validate import ValidationFailed
+
+    tables = call.inputs.tables(call.inputs.table_names())  # the flow: its reads; a verb: every table it found
+    if not tables:
+        raise TableError("no complete tables found to validate")
+    if call.section.deep:
+        verify_deep(tables)  # a part edited in place (same size and time) is named, not trusted
+    results = run_checks(tables, call.section.params)
+    rows = [r.as_dict() | {"examples": "; ".join(r.examples)} for r in results]
+    failed = [r for r in results if r.status == "fail"]
+    report = {"status": "fail" if failed else "pass", "checks": rows}
+    if call.key:  # the flow's record of the gate (a verb prints it)
+        call.out.mkdir(parents=True, exist_ok=True)
+        replace_file(call.out / "report.json", lambda tmp: tmp.write_text(json.dumps(report, indent=2)))
+    call.log(f"validate: {sum(r.status == 'pass' for r in results)} passed, {len(failed)} failed, "
+             f"{sum(r.status == 'skip' for r in results)} skipped")
+    if failed:
+        raise ValidationFailed(results)
+    return {**report, "outputs": {"validation": {"kind": "validation", "content_hash": call.key}}}
+
+
+# ---- train: the base chain, then every run x seed from the base's export --------------------------------------
+TRAIN_UNKEYED = ("tables", "image_root", "pretrained", "resume", "save_every", "out_dir", "progress")
+
+
+def _train_extras(section) -> list:
+    """The weights a run starts from (sha256 of a file), the scene truth of mode scene, a model folder's files."""
+    from data_schemas.provenance import file_sha256
+
+    return [weights_key(section.pretrained), file_sha256(section.scenes) if section.scenes else None,
+            *folder_key(section.arch)]
+
+
+def _train(call: Call) -> dict:
+    """One training run into ``call.out/run`` (in-process, or under torchrun with ``extra['nproc']`` > 1); a killed
+    run continues from its latest checkpoint (the data order is deterministic: the result is the uninterrupted
+    run's)."""
+    from model.runtime import apply_process_settings
+    from model.train import train
+
+    out, cfg = call.out, call.section
+    if call.key:  # the flow: the run's folder under its key, continued from its latest checkpoint after a kill
+        cfg = dataclasses.replace(cfg, resume="auto", out_dir=str(out / "run"), progress=False)
+    nproc = call.extra.get("nproc", 1)
+    if nproc > 1:
+        import yaml
+
+        out.mkdir(parents=True, exist_ok=True)
+        cfg_file = out / "train.yaml"
+        cfg_file.write_text(yaml.safe_dump({"train": plain(dataclasses.asdict(cfg))}))
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "-m", "model.train",
+               "--config", str(cfg_file)]
+        call.log(f"train {call.label}: {' '.join(cmd)}")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            call.log(line.rstrip())
+        if proc.wait() != 0:
+            raise RuntimeError(f"torchrun for run {call.label} failed with exit code {proc.returncode}")
+        summary = json.loads((out / "run" / "summary.json").read_text())
+    else:
+        apply_process_settings(cfg.cpu_keep_freed_memory, cfg.device)  # this process trains: the launcher's call
+        summary = train(cfg, on_log=call.on_row, on_note=call.log)
+    last = summary["history"][-1] if summary["history"] else {}
+    call.log(f"train {call.label}: {summary['steps']} steps, last "
+             f"{ {k: v for k, v in last.items() if k.endswith('loss')} }")
+    if summary.get("skipped_images"):
+        call.log(f"train {call.label}: {summary['skipped_images']} unreadable or resized training image(s) skipped "
+                 f"(within max_skipped_fraction), e.g. {summary['skipped_examples'][:3]}")
+    exp = summary["export"]
+    run = {"kind": "run", "name": call.label, "export_dir": exp["dir"], "export_pt": exp["pt"],
+           "content_hash": exp["sha256"], "arch": cfg.arch, "checkpoint": summary["checkpoint"]}
+    return {"name": call.label, "steps": summary["steps"], "export": exp,
+            "skipped_images": summary.get("skipped_images", 0),
+            "skipped_examples": summary.get("skipped_examples", []), "last": last,
+            "files": [exp["pt"], str(Path(exp["dir"]) / "open_clip_model.safetensors")], **run, "outputs": {}}
+
+
+def _drive_train(stage: Stage, plan, runner) -> dict[str, list[dict]]:
+    """The base chain (each stage from the previous one's export), then every run x seed from the base's export
+    (or ``train.pretrained``); each with its own settings, key and folder ``runs/<name>-<key>``."""
+    train, cat = plan.cfg.train, plan.catalog
+    inputs = cat.subset(stage.reads)
+    common = {"tables": cat.tables(TRAINING_TABLES), "image_root": cat.image_root}
+    reads = inputs.hashes(stage.reads)
+    runs: dict[str, list[dict]] = {}
+    base = None
+    for i, section in enumerate(train.base):
+        name = "base" if i == len(train.base) - 1 else f"base{i + 1}-{section.mode}"
+        s = dataclasses.replace(section, **common, pretrained=base["export_pt"] if base else section.pretrained)
+        base = runner.run(stage, s, inputs, read_hashes=reads, label=name, extra={"nproc": train.torchrun_nproc})
+    if base is not None:
+        runs["base"] = [base]
+    for name, run in train.runs.items():
+        for seed in run.seeds:
+            s = dataclasses.replace(run.config, **common, seed=seed,
+                                    pretrained=base["export_pt"] if base else train.pretrained)
+            runs.setdefault(name, []).append(runner.run(stage, s, inputs, read_hashes=reads, label=f"{name}-s{seed}",
+                                                        extra={"nproc": train.torchrun_nproc}))
+    plan.catalog.entries["runs"] = {"kind": "runs", "runs": runs, "content_hash": _hash_of(runs)}
+    return runs
+
+
+def _hash_of(runs: dict[str, list[dict]]) -> str:
+    from flows.config import key_of
+
+    return key_of({k: [r["content_hash"] for r in v] for k, v in sorted(runs.items())})
+
+
+# ---- evaluate: every model on every benchmark set (and on the world the probes) -----------------------------
+def _evaluate_code(section) -> tuple[str, ...]:
+    from model.benchmarks.registry import code_roots
+
+    return (*code_roots(section.benchmarks), *(("model.probes",) if section.probes else ()))
+
+
+def benchmark_roots(plan) -> tuple[dict, str | None]:
+    """(benchmark -> root, their content hash): ``evaluate.roots``, or the synthetic world's own sets."""
+    ecfg = plan.cfg.evaluate
+    if ecfg.roots:
+        roots_, content = dict(ecfg.roots), None
+    elif plan.cfg.world_run:
+        from pipeline.world_benchmarks import benchmark_roots as world_roots
+
+        roots_, content = world_roots(plan.catalog.entry("source")["dir"]), plan.catalog.hash("source")
+    else:
+        raise ConfigError("config evaluate.roots: name the benchmark roots to evaluate on (only the synthetic "
+                          "world brings its own), or leave 'evaluate' out of the stages")
+    if ecfg.benchmarks is not None:
+        roots_ = {b: roots_[b] for b in ecfg.benchmarks}
+    return roots_, content
+
+
+def _evaluate(call: Call) -> dict:
+    """The benchmarks, and on the synthetic world the probes; the rows are appended to the ``eval_results``
+    history (once the evaluation is complete: a failed one adds nothing). An evaluation stopped after its
+    results.json but before its stage record is read back and appended once (by its eval_id)."""
+    from model.benchmarks import append_results, evaluate
+
+    run, out = call.extra["run"], call.out
+    cfg = dataclasses.replace(call.extra["eval_config"], model=run["arch"], checkpoint=run["export_pt"])
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.json"
+    if results.is_file():
+        res = json.loads(results.read_text())
+    else:
+        res = evaluate(cfg, list(cfg.roots), run=call.label)
+        res["label"] = call.label
+        probe = call.extra.get("probe")
+        if probe is not None:
+            from model.probes import ProbeConfig, probe as run_probes
+
+            res["probes"] = run_probes(run["arch"], run["export_pt"], ProbeConfig(world=probe["world"]),
+                                       run.get("checkpoint"), probe["tables"])
+        replace_file(results, lambda tmp: tmp.write_text(json.dumps(res, indent=2, default=str)))
+    history = call.extra["history"]
+    append_results(history, res, cfg)
+    groups = {b: {k: round(v, 4) for k, v in r["groups"].items() if isinstance(v, float)}
+              for b, r in res["benchmarks"].items()}
+    call.log(f"evaluate {call.label}: {groups} (eval_id {res['eval_id']}, appended to {history})")
+    return {"label": call.label, "results": str(results), "files": [str(results)], "eval_id": res["eval_id"],
+            "history": history, "content_hash": hashlib.sha256(results.read_bytes()).hexdigest(), "outputs": {}}
+
+
+def _drive_evaluate(stage: Stage, plan, runner) -> dict[str, list[dict]]:
+    ecfg, cat = plan.cfg.evaluate, plan.catalog
+    runs = cat.entry("runs")["runs"]
+    roots_, roots_hash = benchmark_roots(plan)
+    eval_cfg = ecfg.eval_config(roots_, plan.cfg.world_run)
+    section = dataclasses.replace(ecfg, roots=roots_)
+    # the probes need the world's scene truth (on the synthetic world only); they read the tables and rebuild a
+    # run's training task from its checkpoint
+    probes = plan.cfg.world_run and ecfg.probes
+    if not probes:
+        section = dataclasses.replace(section, probes=False)
+    probe = {"world": cat.entry("source")["dir"], "tables": cat.tables(TRAINING_TABLES)} if probes else None
+    table_hashes = cat.hashes((*TRAINING_TABLES, "images")) if probes else []
+    inputs = cat.subset(stage.reads)
+    evals: dict[str, list[dict]] = {}
+    for label in (list(runs) if ecfg.models is None else list(ecfg.models)):
+        if label not in runs:
+            raise ConfigError(f"config evaluate.models: {label!r} is not a run of this config ({sorted(runs)})")
+        for run in runs[label]:
+            evals.setdefault(label, []).append(runner.run(
+                stage, section, inputs, read_hashes=[run["content_hash"], roots_hash, *table_hashes],
+                label=run["name"],
+                extra={"run": run, "eval_config": eval_cfg, "probe": probe, "history": str(runner.art / HISTORY)}))
+    plan.catalog.entries["evaluations"] = {"kind": "evaluations", "evaluations": evals,
+                                           "content_hash": _hash_of(evals)}
+    return evals
+
+
+# ---- report ---------------------------------------------------------------------------------------------------------
+def _report(call: Call) -> dict:
+    from pipeline.report import write_report
+
+    evals = call.extra["evaluations"]
+    results = {label: [json.loads(Path(e["results"]).read_text()) for e in runs] for label, runs in evals.items()}
+    counts = sorted({len(v) for k, v in evals.items() if k != "base"})
+    n_seeds = "/".join(map(str, counts))
+    note = (f"Synthetic world, {n_seeds} seed{'s' if counts != [1] else ''} per fine-tune "
+            f"({'mean ± sd over seeds' if counts != [1] else 'a single seed: no spread estimate'}).")
+    rep = write_report(results, call.out, f"{call.label}: base vs fine-tunes", note, control=call.section.control)
+    return {**rep, "outputs": {"report": {"kind": "report", "dir": str(call.out), "content_hash": None}}}
+
+
+def _drive_report(stage: Stage, plan, runner) -> dict:
+    rep = runner.run(stage, plan.cfg.evaluate, plan.catalog.subset(stage.reads), label=plan.cfg.name,
+                     out=runner.art / "runs" / plan.cfg.name,
+                     extra={"evaluations": plan.catalog.entry("evaluations")["evaluations"]})
+    print(Path(rep["markdown"]).read_text())
+    return rep
+
+
+STAGES = (
+    Stage("validate", "validate", (*MASK_TABLES, "errors"), ("validation",), roots("pipeline.validate"), _validate),
+    Stage("train", "train", (*TRAINING_TABLES, "images"), ("runs",), roots("model.train"), _train,
+          after=("validation",), extras=_train_extras, unkeyed=TRAIN_UNKEYED, drive=_drive_train),
+    Stage("evaluate", "evaluate", ("runs", "source?", *TRAINING_TABLES, "images"), ("evaluations",), _evaluate_code,
+          _evaluate, unkeyed=("models", "control", "partial_given"), drive=_drive_evaluate),
+    Stage("report", "evaluate", ("evaluations",), ("report",), roots("pipeline.report"), _report,
+          drive=_drive_report, cached=False),
+)

@@ -1,0 +1,272 @@
+"""The runner: runs the registry's stages and owns their guarantees, once for the flow and for every ``macco`` verb.
+
+- **Keys and paths.** A stage's output is ``artifacts/<stage>/<key>/`` (a training run ``artifacts/runs/<name>-<key>``)
+  under the artifacts root; every name joined to a folder is one path component (``safe_name``); a verb writes only
+  into the ``--out`` folder it is given.
+- **Locks.** One exclusive lock per output for as long as the stage decides about it and writes it (a flow stage's
+  folder; each table a verb writes; a training folder): a second writer fails at once with one line naming the
+  holder. The ``errors`` table several stages share is written under its own lock (``data_schemas.write_table``):
+  concurrent stages keep each other's rows.
+- **The done rule** (``stage_done``): ``stage.json`` exists and every table and file it lists is as written. A
+  damaged ``stage.json`` is named and the stage redone, never a traceback.
+- **Never replacing what is not ours.** A file where a table or folder is to be written, or a non-empty folder that
+  is not a table, is refused in one line before any work.
+
+The work itself runs through an executor: in-process (``LocalExecutor``, the verbs) or as Prefect tasks
+(``flows.tasks.PrefectExecutor``, the flow). Nothing here imports Prefect.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from data_schemas import TABLES, InputFileError, TableError, is_complete, refuse_unreadable, replace_file
+from data_schemas.config import ConfigError, safe_name
+from flows.catalog import Catalog
+from flows.registry import BY_NAME, ORDER, STAGES
+from flows.stage import Call, Stage, _print, stage_key
+
+STAGE_FILE = "stage.json"
+
+
+class StageMissing(InputFileError):
+    """A stage not selected whose output is not there (run it first)."""
+
+
+class StageLocked(InputFileError):
+    """Another process writes this output now."""
+
+
+# ---- the stage record: stage.json and the done rule --------------------------------------------------------------
+def read_stage(d: str | Path) -> dict:
+    """A stage's ``stage.json``; a damaged one is a ``TableError`` naming the file."""
+    path = Path(d) / STAGE_FILE
+    try:
+        m = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TableError(f"{path}: the stage record is damaged ({type(exc).__name__}: {exc}); rerun the stage "
+                         "(the runner redoes it)") from exc
+    if not isinstance(m, dict):
+        raise TableError(f"{path}: the stage record is damaged (a JSON object expected); rerun the stage")
+    return m
+
+
+def stage_done(d: str | Path, log: Callable[[str], None] | None = None) -> bool:
+    """The one rule for "already done": ``stage.json`` exists and every table and file it lists is complete (a
+    table: its parts as written, ``data_schemas.is_complete``; a file: present with the size it had when the stage
+    finished). A damaged ``stage.json`` is not done (``log`` names it)."""
+    if not (Path(d) / STAGE_FILE).exists():
+        return False
+    try:
+        m = read_stage(d)
+        sizes = m.get("file_bytes", {})
+        if "file_list" in m:  # a stage of many files (the world's images) lists them beside stage.json
+            listed = Path(d) / m["file_list"]
+            if not listed.is_file():
+                return False
+            sizes = {str(Path(d) / f): n for f, n in json.loads(listed.read_text()).items()}
+        tables = [e["dir"] for e in m.get("outputs", {}).values() if e.get("kind") == "table"]
+        files = [*m.get("files", []), *sizes]
+    except (TableError, json.JSONDecodeError, AttributeError, KeyError, TypeError) as exc:
+        (log or _print)(f"{d}: {exc}: not done, redone")
+        return False
+    return all(is_complete(t) for t in tables) and all(_file_as_written(f, sizes.get(f)) for f in files)
+
+
+def _file_as_written(path: str, size: int | None) -> bool:
+    try:
+        st = Path(path).stat()
+    except OSError:  # missing
+        return False
+    return size is None or st.st_size == size
+
+
+def write_stage(d: Path, manifest: dict) -> dict:
+    """Write ``stage.json`` atomically; the size of every file it lists is recorded (``file_bytes``)."""
+    if manifest.get("files"):
+        manifest = {**manifest, "file_bytes": {f: Path(f).stat().st_size for f in manifest["files"]}}
+    d.mkdir(parents=True, exist_ok=True)
+    replace_file(d / STAGE_FILE, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True,
+                                                                      default=str)))
+    return manifest
+
+
+# ---- locks, paths ---------------------------------------------------------------------------------------------------
+@contextmanager
+def output_lock(lock_file: Path, what: Path):
+    """An exclusive lock on one output (``what``) held while this process decides about it and writes it: a
+    second writer fails at once with one line naming the holder, instead of interleaving with the first."""
+    import fcntl
+
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    f = open(lock_file, "a+")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise StageLocked(f"{what}: another macco process is writing it ({holder}; lock {lock_file}); wait for "
+                              "it to finish, then rerun (finished stages come back Cached)") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        f.flush()
+        yield
+    finally:
+        f.close()  # closing releases the lock
+
+
+def check_writable(path: Path) -> None:
+    """One line, before any work, when ``path`` (or the folder it would be created in) cannot be written."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputFileError(f"{path}: cannot write here ({probe} is read-only for this user); give a writable "
+                             "output folder")
+
+
+def check_outputs(stage: Stage, out: Path) -> list[Path]:
+    """The folders a verb's run of ``stage`` writes under ``out`` (its tables; none: ``out`` itself), each
+    checked before any work: writable, and a table path that is a file or another folder refused in one line."""
+    check_writable(out)
+    if out.exists() and not out.is_dir():
+        raise InputFileError(f"{out}: is a file, not a folder; give a folder for the stage's output")
+    tables = [out / w for w in stage.writes if w in TABLES]
+    for t in tables:
+        refuse_unreadable(t)
+    return [t for t in tables if t.name != "errors"] or [out]
+
+
+# ---- executors ------------------------------------------------------------------------------------------------------
+def complete(stage: Stage, call: Call) -> dict:
+    """A stage's work and its record: a finished output is read back; else ``stage.run``, then ``stage.json``."""
+    if stage.cached and stage_done(call.out, call.log):
+        call.log(f"already done at {call.out}: read back, not recomputed")
+        return read_stage(call.out)
+    body = stage.run(call)
+    return write_stage(call.out, {"stage": stage.name, "key": call.key, "dir": str(call.out), **body})
+
+
+class LocalExecutor:
+    """Runs a stage in this process (its shards one after the other)."""
+
+    def execute(self, stage: Stage, call: Call, refresh: bool) -> dict:
+        return complete(stage, call)
+
+
+# ---- the runner -----------------------------------------------------------------------------------------------------
+@dataclass
+class Plan:
+    """One run of the DAG: its config (``flows.config.FlowConfig``), the catalog of what the stages before made,
+    and each stage's result (``out``)."""
+    cfg: Any
+    catalog: Catalog = field(default_factory=Catalog)
+    out: dict = field(default_factory=dict)
+
+
+class Runner:
+    """Runs registry stages into an artifacts root (the flow): selection, force, keys, locks, the done rule."""
+
+    def __init__(self, artifacts: str | Path, stages: list[str] | None = None, force: list[str] | None = None,
+                 executor=None, log: Callable[[str], None] = _print):
+        stages, force = list(stages or STAGES), list(force or [])
+        unknown = sorted(set(stages) - set(STAGES)) + sorted(set(force) - set(STAGES))
+        if unknown:
+            raise ConfigError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
+        self.art, self.stages, self.force = Path(artifacts), stages, force
+        self.executor, self.log = executor or LocalExecutor(), log
+
+    def needed(self, stage: str) -> bool:
+        """Whether ``stage`` or anything after it is selected (otherwise the flow ends before it)."""
+        return any(STAGES.index(s) >= STAGES.index(stage) for s in self.stages)
+
+    def stage_dir(self, stage: str, key: str, label: str = "") -> Path:
+        if stage == "train":
+            return self.art / "runs" / f"{safe_name(label, 'run name')}-{key}"
+        return self.art / stage / key
+
+    def prepare(self, stage: str, out: Path) -> tuple[bool, bool]:
+        """(run it?, refresh the Prefect cache?) for a stage whose output folder is ``out``."""
+        if stage not in self.stages:
+            if stage_done(out, self.log):
+                return False, False
+            raise StageMissing(f"stage {stage!r} is not selected and has no complete output at {out}: the selected "
+                               f"stages {self.stages} need it; run it first (stages=[{stage!r}, ...], or the full "
+                               "deployment)")
+        if stage in self.force and out.exists():
+            shutil.rmtree(out)
+        elif (out / STAGE_FILE).exists() and not stage_done(out, self.log):
+            (out / STAGE_FILE).unlink()  # a damaged or stale record: the stage is redone (its finished shards kept)
+        return True, not stage_done(out)
+
+    def run(self, stage: Stage, section: Any, inputs: Catalog, *, read_hashes: list | None = None,
+            extras: list | tuple = (), label: str = "", out: Path | None = None, extra: dict | None = None) -> dict:
+        """One run of ``stage``: its key, its folder, under its lock; done (read back), or run by the executor."""
+        if read_hashes is None:
+            read_hashes = inputs.hashes(stage.reads)
+        key = stage_key(stage, read_hashes, section, extras)
+        out = Path(out) if out is not None else self.stage_dir(stage.name, key, label)
+        call = Call(section, inputs, out, key, log=self.log, label=label, extra=extra or {})
+        with output_lock(self.art / ".locks" / f"{out.parent.name}-{out.name}.lock", out):
+            if not stage.cached:
+                check_writable(out)
+                return self.executor.execute(stage, call, True)
+            run, refresh = self.prepare(stage.name, out)
+            if not run:
+                return read_stage(out)
+            return self.executor.execute(stage, call, refresh)
+
+    def run_dag(self, cfg) -> dict:
+        """Every stage in order (``flows.registry.ORDER``) up to the last selected one."""
+        plan = Plan(cfg)
+        for stage in ORDER:
+            if not self.needed(stage.name):
+                break
+            if stage.when is not None and not stage.when(plan.cfg):
+                continue
+            result = (stage.drive or _drive_once)(stage, plan, self)
+            plan.out[stage.name] = result
+        return plan.out
+
+
+def _drive_once(stage: Stage, plan: Plan, runner: Runner) -> dict:
+    """A stage that runs once: its typed section, its reads from the catalog; its outputs join the catalog."""
+    from flows.records_data import _source_entry
+
+    if stage.name == "captions" and not plan.catalog.has("source"):  # a user's data: what it holds
+        plan.catalog.entries["source"] = _source_entry(plan.cfg.data)
+    m = runner.run(stage, getattr(plan.cfg, stage.section), plan.catalog.subset(stage.reads))
+    plan.catalog.add(stage.name, m)
+    if stage.name == "tokenizer":  # the later stages read the model folder it built
+        from flows.config import use_built_folder
+
+        plan.cfg = use_built_folder(plan.cfg, m["outputs"]["tokenizer"]["folder"])
+    return m
+
+
+# ---- a verb: one stage into the user's folder ----------------------------------------------------------------------
+def run_in_folder(stage: str, section: Any, inputs: Catalog, out: str | Path | None, *,
+                  log: Callable[[str], None] = _print, label: str = "", extra: dict | None = None,
+                  on_row: Callable[[dict], None] | None = None) -> dict:
+    """A ``macco`` verb's run of ``stage`` into ``out`` (the folder it was given): the same record's work and input
+    checks as the flow, its outputs checked and locked first (a second writer of one of its tables fails at once;
+    the shared errors table is written under its own lock), no key, no cache. Returns the record's manifest fields."""
+    record = BY_NAME[stage]
+    if out is None:  # a stage that writes nothing for a verb (validate prints its checks)
+        return record.run(Call(section, inputs, Path(), "", log=log, on_row=on_row, label=label, extra=extra or {}))
+    out = Path(out)
+    targets = check_outputs(record, out)
+    with ExitStack() as stack:  # the lock files sit beside the output folder (nothing is created in it first)
+        for t in targets:
+            name = f".{out.name}.writer.lock" if t == out else f".{out.name}.{t.name}.writer.lock"
+            stack.enter_context(output_lock(out.parent / name, t))
+        return record.run(Call(section, inputs, out, "", log=log, on_row=on_row, label=label, extra=extra or {}))

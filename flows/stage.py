@@ -1,0 +1,105 @@
+"""The stage record (``Stage``), one run of it (``Call``) and the one key function (``stage_key``); the records
+themselves are declared in ``flows.records_data`` / ``flows.records_model`` and ordered in ``flows.registry``.
+
+A stage's key is its name, the content hashes of what it reads, its typed section (fields the stage declares as
+not changing its output left out: paths, how a run is checkpointed), the code version of the import closure of its
+code roots (``data_schemas.provenance.closure_version``: no module list is kept by hand) and its declared extras
+(weights' sha256, model folders' files). So a changed input, setting or code line is never a cache hit.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from data_schemas.provenance import closure_version
+from flows.catalog import Catalog
+from flows.config import key_of
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+@dataclass
+class Call:
+    """One run of a stage: its typed section, the catalog of what it reads, its output folder, its key (empty for
+    a verb writing into a user's folder), how it reports (``log``: a line; ``on_row``: a training log row),
+    ``label`` (a run's name: train and evaluate run once per model) and ``mapped`` (its shards ran already)."""
+    section: Any
+    inputs: Catalog
+    out: Path
+    key: str = ""
+    log: Callable[[str], None] = _print
+    on_row: Callable[[dict], None] | None = None
+    label: str = ""
+    mapped: bool = False
+    extra: dict = field(default_factory=dict)  # what a driver hands the work beyond the section (e.g. a run)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage. ``run(call)`` does the work under ``call.out`` and returns the manifest's fields: ``outputs``
+    (name -> entry; a table: ``flows.catalog.table_entry``) and whatever it reports. A sharded stage also has
+    ``shards(call)`` (how many) and ``run_shard(call, i)``, each shard a task of its own, before ``run`` publishes.
+    ``drive`` (train, evaluate, report) runs the stage once per model through the runner; the others run once."""
+    name: str
+    section: str  # the FlowConfig attribute holding its typed config
+    reads: tuple[str, ...]  # what it reads (hashed into its key); "x?": when present
+    writes: tuple[str, ...]  # what it writes
+    code: Callable[[Any], tuple[str, ...]]  # section -> its code roots (their import closure is its code)
+    run: Callable[[Call], dict]
+    after: tuple[str, ...] = ()  # what it waits for without reading it (the validation gate)
+    shards: Callable[[Call], int] | None = None
+    run_shard: Callable[[Call, int], None] | None = None
+    extras: Callable[[Any], list] | None = None  # section -> declared key parts (weights' sha256, model folders)
+    unkeyed: tuple[str, ...] = ()  # section fields that do not change the output (paths, checkpointing)
+    when: Callable[[Any], bool] | None = None  # FlowConfig -> whether it runs at all (None: always)
+    drive: Callable | None = None  # (stage, plan, runner) -> the flow's result for it; None: run once
+    cached: bool = True  # a finished run is served from its key (the report is written every time)
+
+
+def roots(*modules: str) -> Callable[[Any], tuple[str, ...]]:
+    return lambda section: modules
+
+
+def section_view(stage: Stage, section: Any) -> Any:
+    """The section as key data: a dataclass's fields without the stage's ``unkeyed`` ones."""
+    if dataclasses.is_dataclass(section):
+        return {k: v for k, v in dataclasses.asdict(section).items() if k not in stage.unkeyed}
+    return section
+
+
+def stage_key(stage: Stage, read_hashes: list, section: Any, extras: list | tuple = ()) -> str:
+    """The one key of every stage (and of its Prefect cache record): name, the content hashes of what it reads,
+    its typed section, the code version of its code roots' import closure, its declared extras."""
+    declared = stage.extras(section) if stage.extras else []
+    return key_of(stage.name, read_hashes, section_view(stage, section), closure_version(*stage.code(section)),
+                  *declared, *extras)
+
+
+def code_of(stage: Stage, section: Any) -> str:
+    """The stage's code version (what its key hashes)."""
+    return closure_version(*stage.code(section))
+
+
+def folder_key(model: str) -> list:
+    """A ``local-dir:`` model folder's content (each file's name and sha256: the tokenizer, the config, the
+    weights) as key parts; nothing for an architecture name (its code is in the code version)."""
+    if not model.startswith("local-dir:"):
+        return []
+    from data_schemas.provenance import file_sha256
+
+    folder = Path(model.removeprefix("local-dir:"))
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: the local-dir model folder does not exist")
+    return [[(f.name, file_sha256(f)) for f in sorted(folder.iterdir()) if f.is_file()]]
+
+
+def weights_key(path: str | None) -> str | None:
+    """A weights file's sha256 (a file replaced at the same path is new weights), else the name (an open_clip
+    pretrained tag) or None."""
+    from data_schemas.provenance import file_sha256
+
+    return file_sha256(path) if path and Path(path).is_file() else path

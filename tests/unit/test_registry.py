@@ -1,0 +1,137 @@
+"""flows/registry.py and flows/stage.py: the stages ordered from what they read and write, and one key function
+whose code part is the import closure of each stage's code roots — so a changed byte in any module a stage runs
+changes its key (and, through its output, the keys downstream) and nothing else; no module list kept by hand."""
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from data_schemas import provenance
+from data_schemas.provenance import module_closure
+from flows.config import key_of, load_config
+from flows.registry import BY_NAME, ORDER, STAGES, topological
+from flows.stage import Stage, roots, stage_key
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_order_follows_what_each_stage_reads_and_writes():
+    assert STAGES == ("world", "captions", "tokenizer", "parse", "ground", "masks", "validate", "train", "evaluate",
+                      "report")
+    written = {"source"}  # the user's data, when there is no world stage
+    for stage in ORDER:
+        for name in (*stage.reads, *stage.after):
+            assert name.endswith("?") or name in written, (stage.name, name)
+        written |= set(stage.writes)
+    for seed in range(5):  # any declaration order gives an order that respects every read
+        shuffled = list(ORDER)
+        random.Random(seed).shuffle(shuffled)
+        order = [s.name for s in topological(tuple(shuffled))]
+        for stage in ORDER:
+            for name in (*stage.reads, *stage.after):
+                for writer in (s for s in ORDER if name.rstrip("?") in s.writes and s is not stage):
+                    assert order.index(writer.name) < order.index(stage.name), (writer.name, stage.name)
+    a = Stage("a", "world", ("y",), ("x",), roots("pipeline.world"), lambda call: {})
+    b = Stage("b", "world", ("x",), ("y",), roots("pipeline.world"), lambda call: {})
+    with pytest.raises(ValueError, match="cycle"):
+        topological((a, b))
+
+
+def test_no_module_list_is_kept_by_hand_and_every_code_root_exists():
+    """The code a key covers is the import closure of the stage's roots; the old hand-kept lists are gone."""
+    import importlib.util
+
+    pattern = re.compile(r"CODE_MODULES|[A-Z]+_CODE\s*=|def code_modules|HARNESS_MODULES|ground_code_modules")
+    for path in [*REPO.glob("*/*.py"), *REPO.glob("*/*/*.py")]:
+        if path.parts[len(REPO.parts)] in ("flows", "pipeline", "model", "data_schemas", "macco"):
+            assert not pattern.search(path.read_text()), path
+    cfg = load_config(REPO / "configs" / "demo.yaml")
+    for stage in ORDER:
+        for root in stage.code(section_of(stage, cfg)):
+            assert importlib.util.find_spec(root) is not None, (stage.name, root)
+
+
+def section_of(stage: Stage, cfg):
+    return cfg.train.runs["macco"].config if stage.name == "train" else getattr(cfg, stage.section)
+
+
+def simulated_keys(cfg) -> dict[str, str]:
+    """Every stage's key on a simulated run: each output's content hash a function of its writer's key (as if a
+    changed stage wrote changed content), each stage reading those."""
+    content: dict[str, list] = {"source": ["user data"]}
+    keys = {}
+    for stage in ORDER:
+        reads = [content.get(r.rstrip("?")) for r in stage.reads]
+        keys[stage.name] = stage_key(stage, reads, section_of(stage, cfg))
+        for w in stage.writes:
+            content.setdefault(w, []).append(key_of(stage.name, keys[stage.name], w))
+    return keys
+
+
+def downstream_of(names: set[str]) -> set[str]:
+    """The stages that read (transitively) what ``names`` write."""
+    out, grew = set(names), True
+    while grew:
+        grew = False
+        for stage in ORDER:
+            writes = {w for s in ORDER if s.name in out for w in s.writes}
+            if stage.name not in out and writes & {r.rstrip("?") for r in stage.reads}:
+                out.add(stage.name)
+                grew = True
+    return out
+
+
+@pytest.mark.parametrize("config", ["demo.yaml", "coco-vitb32.yaml"])
+def test_a_byte_changed_in_any_module_changes_the_keys_of_the_stages_running_it_and_downstream_only(
+        config, monkeypatch):
+    cfg = load_config(REPO / "configs" / config)
+    closures = {s.name: set(module_closure(*s.code(section_of(s, cfg)))) for s in ORDER}
+    sources = {m: provenance.module_source(m) for c in closures.values() for m in c}
+    changed_module = {"name": None}
+    monkeypatch.setattr(provenance, "module_source", lambda name: sources[name] + (
+        b"\n# one more line\n" if name == changed_module["name"] else b""))
+    base = simulated_keys(cfg)
+    assert len(set(base.values())) == len(base)
+    for module in sorted(sources):
+        changed_module["name"] = module
+        keys = simulated_keys(cfg)
+        running = {n for n, c in closures.items() if module in c}
+        assert {n for n in keys if keys[n] != base[n]} == downstream_of(running), module
+
+
+def test_a_stages_own_code_never_keys_a_stage_before_it():
+    """Editing the parse rules never invalidates the captions, nor the checks the world: a stage's code roots are
+    in no import closure of the stages upstream of it."""
+    cfg = load_config(REPO / "configs" / "demo.yaml")
+    for stage in ORDER:
+        upstream = {s.name for s in ORDER} - downstream_of({stage.name})
+        own = set(stage.code(section_of(stage, cfg)))
+        for name in upstream:
+            other = BY_NAME[name]
+            assert not own & set(module_closure(*other.code(section_of(other, cfg)))), (stage.name, name)
+
+
+def test_the_key_covers_reads_section_code_and_declared_extras(tmp_path):
+    import dataclasses
+
+    cfg = load_config(REPO / "configs" / "demo.yaml")
+    ground = BY_NAME["ground"]
+    key = stage_key(ground, ["c", "p", "i", None], cfg.ground)
+    assert stage_key(ground, ["c", "p", "i", None], cfg.ground) == key  # deterministic
+    assert stage_key(ground, ["c", "p", "i2", None], cfg.ground) != key  # new images
+    assert stage_key(ground, ["c", "p", "i", None], dataclasses.replace(cfg.ground, box_threshold=0.3)) != key
+    assert stage_key(ground, ["c", "p", "i", None], dataclasses.replace(cfg.ground, backend="hf")) != key  # code
+    weights = tmp_path / "w.pth"
+    weights.write_bytes(b"1")
+    with_w = dataclasses.replace(cfg.ground, checkpoint=str(weights))
+    k1 = stage_key(ground, ["c", "p", "i", None], with_w)
+    weights.write_bytes(b"2")  # same path, new content
+    assert stage_key(ground, ["c", "p", "i", None], with_w) != k1
+    train = BY_NAME["train"]
+    run = cfg.train.runs["macco"].config
+    k = stage_key(train, ["t"], run)
+    assert stage_key(train, ["t"], dataclasses.replace(run, out_dir="elsewhere", save_every=5, tables={"x": 1})) == k
+    assert stage_key(train, ["t"], dataclasses.replace(run, lr_clip=1e-5)) != k
