@@ -64,7 +64,14 @@ def read_manifest(path: str | Path, table: str | None = None) -> dict:
     manifest, problem = _manifest_problem(mpath)
     if problem is not None:
         raise TableError(f"table {name}: {mpath} is {problem}")
-    for part in manifest.get("parts", []):
+    parts = manifest.get("parts", [])
+    if not isinstance(parts, list):
+        raise TableError(f"table {name}: {mpath}: parts: a list of part file names expected")
+    for part in parts:
+        if not isinstance(part, str) or Path(part).name != part or not part.endswith(".parquet") or \
+                part.startswith("."):
+            raise TableError(f"table {name}: {mpath} lists part {str(part)[:80]!r}, not a part file of this folder "
+                             "(a hand-edited manifest?): refused")
         if not (path / part).exists():
             raise TableError(f"table {name}: part {part} listed in {mpath} is missing")
     return manifest

@@ -18,6 +18,25 @@ from typing import Any, Literal, Mapping, TypeVar
 T = TypeVar("T")
 
 
+def shown(value, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: an error message never prints an unbounded value (a YAML alias
+    bomb's expansion, a megabyte string); a container too large to print cheaply is described, not printed."""
+    if isinstance(value, (list, tuple, dict, set)) and not _small(value):
+        return f"<a {type(value).__name__} of {len(value)} items, too large to show>"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _small(value, budget: list | None = None) -> bool:
+    """Whether a nested container has at most 200 items in all (so its repr is cheap)."""
+    budget = budget if budget is not None else [200]
+    for item in (value.values() if isinstance(value, dict) else value):
+        budget[0] -= 1
+        if budget[0] < 0 or isinstance(item, (list, tuple, dict)) and not _small(item, budget):
+            return False
+    return True
+
+
 class ConfigError(ValueError):
     """A config value, key or file that cannot be used: the message names the file or section, the key and what is
     allowed. ``macco`` prints it as one line (exit 2); the flow fails with it as its one-line message."""
@@ -47,7 +66,7 @@ class _UniqueKeyLoader:
                         key = self.construct_object(key_node, deep=True)
                         line = key_node.start_mark.line + 1
                         if key != "<<" and key in seen:
-                            raise ConfigError(f"{self.name}: line {line}: key {key!r} is written twice in one mapping "
+                            raise ConfigError(f"{self.name}: line {line}: key {shown(key)} is written twice in one mapping "
                                               f"(first on line {seen[key]}); the second would silently replace the "
                                               "first: merge them")
                         seen[key] = line
@@ -57,21 +76,62 @@ class _UniqueKeyLoader:
         return cls.cls
 
 
+MAX_CONFIG_VALUES = 100_000  # a config's values once its YAML aliases are expanded (a "billion laughs" is refused)
+
+
+def _expanded_size(node) -> int:
+    """How many values the YAML node graph holds once every alias is expanded, counted without expanding it (an
+    alias is a second reference to a node: the count of a node is memoised); capped just past the limit."""
+    import yaml
+
+    memo: dict[int, int] = {}
+
+    def count(n) -> int:
+        if id(n) in memo:
+            return memo[id(n)]
+        total = 1
+        if isinstance(n, yaml.SequenceNode):
+            total += sum(count(c) for c in n.value)
+        elif isinstance(n, yaml.MappingNode):
+            total += sum(count(k) + count(v) for k, v in n.value)
+        memo[id(n)] = total = min(total, MAX_CONFIG_VALUES + 1)
+        return total
+
+    return count(node)
+
+
 def load_yaml(path) -> Any:
     """A YAML config file: ``ConfigError`` (naming file and line) for malformed YAML and for a key written twice in
     one mapping (a section given twice would otherwise silently replace the first); a missing file is
-    ``FileNotFoundError``."""
-    import yaml
+    ``FileNotFoundError``; the expanded size is bounded (``MAX_CONFIG_VALUES``)."""
     from pathlib import Path
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: config file not found")
-    text = path.read_text(encoding="utf-8")
-    loader = _UniqueKeyLoader.get()(text)
-    loader.name = str(path)
     try:
-        return loader.get_single_data()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save the config as UTF-8") from None
+    return parse_yaml(text, str(path))
+
+
+def parse_yaml(text: str, name: str) -> Any:
+    """YAML text (a file's, or a ``key=value`` override's value) as ``load_yaml`` reads it; ``name`` says where."""
+    import yaml
+
+    path = name
+    loader = _UniqueKeyLoader.get()(text)
+    loader.name = name
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        size = _expanded_size(node)
+        if size > MAX_CONFIG_VALUES:
+            raise ConfigError(f"{path}: the YAML expands to more than {MAX_CONFIG_VALUES:,} values (aliases "
+                              "repeating aliases); a config holds far fewer: refused")
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from exc
     finally:
@@ -112,7 +172,7 @@ def check_choices(obj, section: str) -> None:
         allowed = choices(type(obj), f.name)
         value = getattr(obj, f.name)
         if allowed is not None and value not in allowed and not (value is None and _optional(type(obj), f.name)):
-            raise ConfigError(f"{section} {f.name}: {value!r} is not one of {list(allowed)}")
+            raise ConfigError(f"{section} {f.name}: {shown(value)} is not one of {list(allowed)}")
 
 
 def _optional(cls, name: str) -> bool:
@@ -131,18 +191,18 @@ def coerce(cls, name: str, value, section: str):
         if isinstance(value, bool):  # YAML 1.1 read on/off as a boolean
             if "on" in allowed:
                 return "on" if value else "off"
-            raise ConfigError(f"{section} {name}: YAML read {value!r} as a boolean; quote the value")
+            raise ConfigError(f"{section} {name}: YAML read {shown(value)} as a boolean; quote the value")
         if isinstance(value, (int, float)) and all(isinstance(a, str) for a in allowed):
             value = str(value)  # e.g. captions_per_image: 1
         if value not in allowed:
-            raise ConfigError(f"{section} {name}: {value!r} is not one of {list(allowed)}")
+            raise ConfigError(f"{section} {name}: {shown(value)} is not one of {list(allowed)}")
         return value
     try:
         return _as(want, value, name, section)
     except (TypeError, ValueError, OverflowError) as exc:
         if str(exc).startswith(f"{section} {name}:"):
             raise
-        raise ConfigError(f"{section} {name}: {value!r} is not a valid {_describe(field_types(cls)[name])}") \
+        raise ConfigError(f"{section} {name}: {shown(value)} is not a valid {_describe(field_types(cls)[name])}") \
             from exc
 
 
@@ -157,7 +217,7 @@ def _as(want, value, name: str, section: str):
         raise ValueError(value)
     if want is str:
         if isinstance(value, bool):
-            raise ConfigError(f"{section} {name}: YAML read {value!r} as a boolean; quote the value")
+            raise ConfigError(f"{section} {name}: YAML read {shown(value)} as a boolean; quote the value")
         if not isinstance(value, (str, int, float)):
             raise TypeError(value)
         return str(value)
@@ -255,11 +315,11 @@ def check_ranges(obj, section: str, **rules: tuple[str, ...]) -> None:
             for sub, v in items:
                 if v is None:
                     continue
-                bad = isinstance(v, bool) or not isinstance(v, (int, float)) or \
-                    (isinstance(v, float) and math.isnan(v)) or not ok(v)
-                if bad:
-                    key = f"{name}.{sub}" if isinstance(value, dict) else f"{name}{sub}"
-                    raise RangeError(section, f"{key}: {v!r} {what}")
+                key = f"{name}.{sub}" if isinstance(value, dict) else f"{name}{sub}"
+                if isinstance(v, float) and not math.isfinite(v):  # inf passed "> 0" and died at step 0
+                    raise RangeError(section, f"{key}: {shown(v)} must be finite")
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not ok(v):
+                    raise RangeError(section, f"{key}: {shown(v)} {what}")
 
 
 def safe_name(value, what: str) -> str:

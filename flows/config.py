@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from data_schemas.checks import CheckParams
-from data_schemas.config import ConfigError, check_ranges, from_dict, safe_name
+from data_schemas.config import ConfigError, check_ranges, from_dict, safe_name, shown
 from data_schemas.geometry import DEFAULT_ARCH
 from model.benchmarks import EvalConfig
 from model.train_config import TrainConfig
@@ -57,7 +57,7 @@ TRAIN_KEYS = ("arch", "base", "pretrained", "runs", "seeds", "common", "torchrun
 def _seeds(value, where: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not value or len(set(value)) != len(value) or \
             not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value):
-        raise ConfigError(f"config {where}: {value!r}: a non-empty list of distinct integers >= 0 expected")
+        raise ConfigError(f"config {where}: {shown(value)}: a non-empty list of distinct integers >= 0 expected")
     return tuple(value)
 
 
@@ -70,18 +70,19 @@ def train_plan(data: dict) -> TrainPlan:
     arch, common = data.get("arch", DEFAULT_ARCH), data.get("common") or {}
     for name, value in (("common", common), ("runs", data.get("runs") or {})):
         if not isinstance(value, dict):
-            raise ConfigError(f"config train.{name}: a mapping expected, got {value!r}")
+            raise ConfigError(f"config train.{name}: a mapping expected, got {shown(value)}")
     from_dict(TrainConfig, {"arch": arch, **common}, "config train.common")
     base = data.get("base")
     bases = [] if not base else [base] if isinstance(base, dict) else base
     if not isinstance(bases, list) or not all(isinstance(b, dict) for b in bases):
-        raise ConfigError(f"config train.base: a section or a list of sections, not {base!r}")
+        raise ConfigError(f"config train.base: a section or a list of sections, not {shown(base)}")
     seeds = _seeds(data.get("seeds", [0]), "train.seeds")
     runs = {}
     for name, over in (data.get("runs") or {}).items():
         safe_name(name, "config train.runs")
         if not isinstance(over, dict):
-            raise ConfigError(f"config train.runs: a mapping of run name -> training section, not {data['runs']!r}")
+            raise ConfigError(f"config train.runs: a mapping of run name -> training section, not "
+                              f"{shown(data['runs'])}")
         own = _seeds(over["seeds"], f"train.runs.{name}.seeds") if "seeds" in over else seeds
         settings = {"arch": arch, **common, **{k: v for k, v in over.items() if k != "seeds"}}
         runs[name] = RunPlan(from_dict(TrainConfig, settings, f"config train.runs.{name}"), own)
@@ -127,21 +128,21 @@ def evaluate_plan(data: dict) -> EvaluatePlan:
     for name in ("benchmarks", "models"):
         value = data.get(name, "all")
         if isinstance(value, str) and value != "all" or not isinstance(value, (str, list)):
-            raise ConfigError(f"config evaluate.{name}: {value!r}: 'all' or a list")
+            raise ConfigError(f"config evaluate.{name}: {shown(value)}: 'all' or a list")
         lists[name] = None if value == "all" else tuple(value)
     if lists["benchmarks"] is not None and not set(lists["benchmarks"]) <= set(BENCHMARKS):
         raise ConfigError(f"config evaluate.benchmarks: {list(lists['benchmarks'])!r}: 'all' or a list of "
                           f"{list(BENCHMARKS)}")
     settings = data.get("settings") or {}
     if not isinstance(settings, dict):
-        raise ConfigError(f"config evaluate.settings: a mapping expected, got {settings!r}")
+        raise ConfigError(f"config evaluate.settings: a mapping expected, got {shown(settings)}")
     flow_set = sorted({"model", "checkpoint", "roots"} & set(settings))
     if flow_set:
         raise ConfigError(f"config evaluate.settings: {flow_set} are set by the flow (each run's model and weights; "
                           "evaluate.roots)")
     roots = data.get("roots") or {}
     if not isinstance(roots, dict) or not all(isinstance(v, str) for v in roots.values()):
-        raise ConfigError(f"config evaluate.roots: a mapping of benchmark -> folder expected, got {roots!r}")
+        raise ConfigError(f"config evaluate.roots: a mapping of benchmark -> folder expected, got {shown(roots)}")
     plain = from_dict(EvaluatePlan, {k: data[k] for k in ("probes", "control") if k in data}, "config evaluate")
     return dataclasses.replace(plain, benchmarks=lists["benchmarks"], models=lists["models"], roots=dict(roots),
                                settings=from_dict(EvalConfig, settings, "config evaluate.settings"),
@@ -229,9 +230,9 @@ def _merge(base: dict, over: dict, path: str = "") -> dict:
     out = copy.deepcopy(base)
     for k, v in (over or {}).items():
         if k not in base:
-            raise ConfigError(f"config: unknown key {path + k!r} (known: {sorted(base)})")
+            raise ConfigError(f"config: unknown key {shown(path + k)} (known: {sorted(base)})")
         if isinstance(base[k], dict) and v is not None and not isinstance(v, dict):
-            raise ConfigError(f"config {path + k}: a mapping expected, got {v!r}")
+            raise ConfigError(f"config {path + k}: a mapping expected, got {shown(v)}")
         if isinstance(base[k], dict) and isinstance(v, dict) and k not in _WHOLE:
             out[k] = _merge(base[k], v, f"{path}{k}.")
         else:
@@ -247,7 +248,7 @@ def flow_config(cfg: dict) -> FlowConfig:
         ("ground", GroundingConfig), ("masks", MasksConfig), ("dask", DaskPlan))}
     data = cfg["data"]
     if not isinstance(data, dict):
-        raise ConfigError(f"config data: a mapping expected, got {data!r}")
+        raise ConfigError(f"config data: a mapping expected, got {shown(data)}")
     validate = cfg["validate"]
     tree = FlowConfig(
         name=safe_name(cfg["name"], "config name"), artifacts=str(cfg["artifacts"]), **section,

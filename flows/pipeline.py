@@ -8,6 +8,8 @@ keys hash the upstream content, not the run).
 """
 from __future__ import annotations
 
+import errno
+
 from prefect import flow, get_run_logger
 from prefect.states import Failed
 
@@ -20,6 +22,7 @@ from flows.tasks import PrefectExecutor
 # what a run fails with as one line (the flow run's message; `macco run` prints it, exit 2): the user's input,
 # config or artifacts, not a bug
 USER_ERRORS = (InputFileError, ConfigError, FileNotFoundError)
+USER_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}  # a read-only or full disk
 
 
 def flow_log(line: str) -> None:
@@ -34,7 +37,9 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     one line (its state's message; calling the flow raises the error itself), not a traceback."""
     try:
         return _pipeline(config, stages, force, overrides)
-    except USER_ERRORS as exc:
+    except (*USER_ERRORS, OSError) as exc:
+        if isinstance(exc, OSError) and not isinstance(exc, USER_ERRORS) and exc.errno not in USER_ERRNOS:
+            raise
         line = " ".join(str(exc).split())
         line = f"config error: {line}" if isinstance(exc, ConfigError) else line
         get_run_logger().error("%s", line)

@@ -129,7 +129,9 @@ def check_writable(path: Path) -> None:
     probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    if not os.access(probe, os.W_OK | os.X_OK):
+    if probe != path and not probe.is_dir():
+        raise InputFileError(f"{probe}: is a file, not a folder: {path} cannot be written under it")
+    if not os.access(probe, os.W_OK if probe.is_file() else os.W_OK | os.X_OK):
         raise InputFileError(f"{path}: cannot write here ({probe} is read-only for this user); give a writable "
                              "output folder")
 
@@ -216,6 +218,7 @@ class Runner:
         key = stage_key(stage, read_hashes, section, extras)
         out = Path(out) if out is not None else self.stage_dir(stage.name, key, label)
         call = Call(section, inputs, out, key, log=self.log, label=label, extra=extra or {})
+        check_writable(out)  # before any work (a read-only artifacts folder: one line, nothing computed)
         with output_lock(self.art / ".locks" / f"{out.parent.name}-{out.name}.lock", out):
             if not stage.cached:
                 check_writable(out)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
 from . import set_offline_env
@@ -19,6 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
     _tables_parsers(sub)  # validate, inspect, sql, agreement, report (macco/commands_tables.py)
     _model_parsers(sub)  # train, eval, probe, run (macco/commands_model.py)
     return p
+
+
+USER_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}
 
 
 def _input_errors() -> tuple[type[BaseException], ...]:
@@ -42,6 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         return int((args.fn(args, extra) if getattr(args, "takes_extra", False) else args.fn(args)) or 0)
     except _input_errors() as exc:
         print(f"macco {args.verb}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a read-only or full disk, a folder without permission: the user's, not a bug
+        if exc.errno not in USER_ERRNOS:
+            raise
+        print(f"macco {args.verb}: {exc.filename or ''}: {exc.strerror} (errno {exc.errno}): give a writable output "
+              "folder with room to write", file=sys.stderr)
         return 2
 
 

@@ -76,8 +76,8 @@ def add_parsers(sub) -> None:
 
     ru = sub.add_parser("run", help="run the whole DAG (the Prefect flow, without a deployment)")
     ru.add_argument("--config", default="configs/demo.yaml")
-    ru.add_argument("--stages", nargs="+", metavar="STAGE", help="stages to run (default: all): " + " ".join(
-        ("world", "captions", "tokenizer", "parse", "ground", "masks", "validate", "train", "evaluate", "report")))
+    ru.add_argument("--stages", nargs="+", metavar="STAGE", help="stages to run (default: all, in the order of "
+                    "flows/registry.py; an unknown name is refused with the list)")
     ru.add_argument("--force", nargs="+", default=[], metavar="STAGE", help="stages to redo even if cached")
     ru.set_defaults(fn=cmd_run)
 
@@ -126,8 +126,17 @@ def cmd_eval(args) -> int:
 
 
 def _run_eval(args, roots: dict, names: list[str], EvalConfig, evaluate) -> dict:
+    from data_schemas import refuse_unreadable
     from data_schemas.config import from_dict
+    from flows.runner import check_writable
     from model.benchmarks.protocols import parse_image_roots
+
+    # where the results go, checked before the evaluation runs (it may take hours; a read-only history lost it)
+    for target in (args.out, args.results_table):
+        if target is not None:
+            check_writable(Path(target))
+    if args.results_table is not None:
+        refuse_unreadable(args.results_table)
 
     order_roots, valse_roots = parse_image_roots(args.image_root)
     # the synthetic world's sets hold a few files of each benchmark by design: its group averages are partial

@@ -61,10 +61,8 @@ def add_parsers(sub) -> None:
 def parse_params(text: str | None):
     """``--params``: JSON, or ``key=value`` pairs separated by commas (values read as YAML scalars), as
     ``CheckParams`` (an unknown key or a wrong type: one line)."""
-    import yaml
-
     from data_schemas.checks import check_params
-    from data_schemas.config import ConfigError
+    from data_schemas.config import ConfigError, parse_yaml
 
     if not text:
         return check_params(None)
@@ -79,7 +77,7 @@ def parse_params(text: str | None):
             key, eq, value = pair.partition("=")
             if not eq or not key.strip():
                 raise ConfigError(f"--params {text!r}: {pair!r} is not key=value")
-            data[key.strip()] = yaml.safe_load(value)
+            data[key.strip()] = parse_yaml(value, f"--params {key.strip()}")
     if not isinstance(data, dict):
         raise ConfigError(f"--params {text!r}: a mapping of threshold -> value expected")
     return check_params(data, "--params")
@@ -146,10 +144,18 @@ def cmd_sql(args) -> int:
         print(f"macco sql: {exc}", file=sys.stderr)
         return 2
     except duckdb.Error as exc:
-        from data_schemas.checks import read_failure, unreadable
+        from data_schemas.checks import read_failure
 
-        if read_failure(exc, tables):  # a damaged part: one line from main(), naming the table and the part
-            raise unreadable(tables, list(tables), exc) from exc
+        if read_failure(exc, tables):
+            # a part DuckDB could not read: damaged (one line naming table and part), or the query's own doing
+            # (read_csv of a Parquet part): then DuckDB's error is the query's, below
+            from data_schemas import TableError
+            from data_schemas.checks import verify_deep
+
+            try:
+                verify_deep(tables)
+            except TableError as found:
+                raise TableError(f"{found} (DuckDB: {query_error(exc)[:200]})") from exc
         hint = f" (views: {', '.join(sorted(tables))})" if isinstance(exc, duckdb.CatalogException) else ""
         print(f"macco sql: {query_error(exc)}{hint}", file=sys.stderr)
         return 2
@@ -191,10 +197,14 @@ def cmd_agreement(args) -> int:
 def cmd_report(args) -> int:
     from pipeline.report import load_results, write_report
 
+    if args.out.exists() and not args.out.is_dir():
+        print(f"macco report: {args.out}: is a file, not a folder (--out): give a folder for the report",
+              file=sys.stderr)
+        return 2
     try:
         results = load_results(args.results)
     except (ValueError, FileNotFoundError) as exc:
-        print(f"macco report: {exc}", file=sys.stderr)
+        print(f"macco report: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     if args.control not in results and len(results) > 1:
         print(f"macco report: no results labelled {args.control!r} (--control): no paired tests", file=sys.stderr)

@@ -74,7 +74,10 @@ def checkpoint_to_resume(cfg: TrainConfig) -> tuple[Path | None, dict | None]:
         return None, None
     if not path.is_file():
         raise FileNotFoundError(f"{path}: checkpoint to resume not found (resume)")
-    ck = torch.load(path, map_location="cpu", weights_only=True)
+    from .factory import weights_file
+
+    with weights_file(path):  # a damaged checkpoint is one line naming it
+        ck = torch.load(path, map_location="cpu", weights_only=True)
     then, now = ck.get("config", {}), asdict(cfg)
     diff = [k for k in now if k not in RESUME_FREE and not _same(now[k], then.get(k))]
     if diff:

@@ -113,10 +113,13 @@ def build_samples(tables: dict[str, Path], split: str | None = "train", mask_kin
         for r in read_table(TABLES["scene_graphs"], tables["scene_graphs"]).to_pylist():
             concepts.setdefault(r["caption_id"], []).append(r)
             kind_of[(r["caption_id"], r["concept_id"])] = r["kind"]
-    boxes: dict[int, dict[int, list]] = {}
+    # the image-mask candidates: one per (concept, phrase) — a concept's phrase (the grounders), or each phrase of
+    # MACCO's file (its loader draws one phrase: two phrases sharing a word stay two candidates)
+    boxes: dict[int, dict[tuple[int, str], list]] = {}
     if "regions" in tables:
         for r in read_table(TABLES["regions"], tables["regions"]).to_pylist():
-            boxes.setdefault(r["caption_id"], {}).setdefault(r["concept_id"], []).append(list(r["box_xyxy"]))
+            boxes.setdefault(r["caption_id"], {}).setdefault((r["concept_id"], r["phrase"]), []).append(
+                list(r["box_xyxy"]))
     rng = random.Random(seed)
     out, counts = [], {"captions": len(caps), "no_token_mask": 0, "empty_text_mask": 0, "no_region": 0}
     for cid in sorted(caps):
@@ -132,7 +135,7 @@ def build_samples(tables: dict[str, Path], split: str | None = "train", mask_kin
         neg = swap_negative(caps[cid]["caption"], concepts.get(cid, []), rng) if hard_negatives else None
         out.append(Sample(cid, caps[cid]["file_name"], t["token_ids"], pos, phrase_boxes, neg,
                           (caps[cid]["width"], caps[cid]["height"]),
-                          tuple(kind_of.get((cid, k), "") for k, _ in phrases)))
+                          tuple(kind_of.get((cid, k), "") for (k, _), _ in phrases)))
     return out, counts
 
 
@@ -207,7 +210,7 @@ class MaccoDataset(Dataset):
         try:
             with Image.open(path) as im:
                 img = ImageOps.exif_transpose(im).convert("RGB")  # as displayed: the frame of the boxes
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, Image.DecompressionBombError) as exc:  # too large: Pillow refuses it too
             log.warning("skipping unreadable image %s (caption %s): %s", path, s.caption_id, exc)
             return {"skipped": (s.caption_id, str(path), f"{type(exc).__name__}: {exc}")}
         if all(s.size) and img.size != tuple(s.size):  # replaced since the tables: its boxes would be misplaced

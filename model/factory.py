@@ -3,7 +3,10 @@ weights (``create_clip``), the architecture a weights file needs (``resolve_arch
 one line (``weights_note``). open_clip's own ``factory.py`` is the model for the name."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+
+from data_schemas import InputFileError
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 TINY_MODELS = tuple(sorted(p.stem for p in CONFIG_DIR.glob("*.json")))
@@ -48,13 +51,65 @@ def create_clip(arch: str, pretrained: str | None = None, weights_later: bool = 
         root.addFilter(quiet)
     try:
         if not arch.startswith("local-dir:"):
-            return open_clip.create_model(arch, pretrained=pretrained, **kw)
+            with weights_file(pretrained):
+                return open_clip.create_model(arch, pretrained=pretrained, **kw)
         model = open_clip.create_model(arch, **kw)
         if pretrained:
-            open_clip.load_checkpoint(model, pretrained)
+            with weights_file(pretrained):
+                open_clip.load_checkpoint(model, pretrained)
         return model
     finally:
         root.removeFilter(quiet)
+
+
+# what torch and safetensors raise for a file that is not a readable weights file (empty, truncated, text, pickled)
+_LOAD_ERRORS = (RuntimeError, EOFError, KeyError, ValueError, OSError, UnicodeDecodeError)
+
+
+@contextmanager
+def weights_file(path: str | None):
+    """Loading weights from ``path``: a file that is not a readable weights file (empty, truncated, text, a pickle
+    of Python objects) is one ``InputFileError`` naming the file and what is wrong with it. The file is judged by
+    loading it alone (``torch.load(weights_only=True)`` / safetensors); a file that loads is not blamed, and the
+    original error stands."""
+    import pickle
+
+    try:
+        yield
+    except (*_LOAD_ERRORS, pickle.UnpicklingError) as exc:
+        problem = weights_problem(path) if path and Path(path).is_file() else None
+        if problem is None:
+            raise
+        raise InputFileError(f"{path}: {problem}") from exc
+
+
+def weights_problem(path: str | Path) -> str | None:
+    """What is wrong with a weights file (None: it loads as weights)."""
+    import pickle
+
+    import torch
+
+    path = Path(path)
+    if path.stat().st_size == 0:
+        return "an empty file, not weights"
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            load_file(str(path))
+        else:
+            torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        import re
+
+        what = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+        holds = f" (it holds a {what.group(1)})" if what else ""
+        return (f"not plain weights{holds}: a checkpoint holding Python objects is refused (torch.load "
+                "weights_only); load it where you trust it and save its state_dict")
+    except (*_LOAD_ERRORS, pickle.PickleError) as exc:
+        return (f"not a readable weights file ({type(exc).__name__}: {' '.join(str(exc).split())[:120] or 'no data'}; "
+                "a torch checkpoint or a .safetensors file expected)")
+    return None
 
 
 def weights_note(arch: str, pretrained: str | None, resumed: tuple[int, str] | None = None) -> str:

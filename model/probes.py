@@ -255,7 +255,10 @@ def load_training_task(train_checkpoint: str | Path, device: str = "cpu"):
     from .factory import resolve_arch
     from .train import build_task, load_config
 
-    ck = torch.load(train_checkpoint, map_location="cpu", weights_only=True)
+    from .factory import weights_file
+
+    with weights_file(train_checkpoint):
+        ck = torch.load(train_checkpoint, map_location="cpu", weights_only=True)
     cfg = load_config(None, [], **ck["config"])
     from .task import MODES
 

@@ -10,14 +10,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from data_schemas import InputFileError
+
 if TYPE_CHECKING:
     from .train_config import TrainConfig
     from .train_state import TrainState
 
 
-class TooManySkipped(RuntimeError):
-    """More unreadable (or resized) training images than ``max_skipped_fraction`` allows: the run would report success on
-    data it did not use."""
+class TooManySkipped(InputFileError):
+    """More unreadable (or resized) training images than ``max_skipped_fraction`` allows: the run would report success
+    on data it did not use (the data's problem: one line from ``macco``)."""
 
 
 class SkipCount:

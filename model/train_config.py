@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from data_schemas.config import ConfigError, check_choices, check_ranges, from_dict
+from data_schemas.config import ConfigError, check_choices, check_ranges, from_dict, parse_yaml
 from data_schemas.geometry import DEFAULT_ARCH
 
 from .losses import LossWeights
@@ -94,8 +94,6 @@ class TrainConfig:
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **kw) -> TrainConfig:
     """YAML/JSON file (its ``train`` section, or the whole file), then ``kw``, then ``key=value`` overrides
     (values parsed as YAML). Unknown keys, wrong types and values outside a ``Literal`` are errors."""
-    import yaml
-
     from data_schemas.config import load_yaml
 
     data: dict = {}
@@ -114,5 +112,5 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if "=" not in ov:
             raise ConfigError(f"override {ov!r} is not key=value")
         k, v = ov.split("=", 1)
-        data[k.lstrip("-").replace("-", "_")] = yaml.safe_load(v)
+        data[k.lstrip("-").replace("-", "_")] = parse_yaml(v, f"override {k}")
     return from_dict(TrainConfig, data, SECTION)

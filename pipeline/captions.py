@@ -16,6 +16,9 @@ from data_schemas import InputFileError, load_json
 from data_schemas.errors import error_row
 
 STAGE = "captions"
+# the longest caption a source keeps: CLIP reads 77 tokens (about 60 words, a few hundred characters); a longer
+# "caption" is a document, not a caption (spaCy refuses a text over 1,000,000 characters, E088)
+MAX_CAPTION_CHARS = 2000
 COCO_CAPTIONS_NAME = re.compile(r"captions_(?P<split>[A-Za-z]+)2014")
 DEFAULT_SPLIT = "train"
 
@@ -31,6 +34,27 @@ def _require(obj: Any, key: str, path: Path, where: str, kind: type | tuple[type
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise InputFileError(f"{path}: {where}: field {key!r} must be {names}, got {type(value).__name__}")
     return value
+
+
+def caption_problem(text) -> tuple[str, str] | None:
+    """The one rule every source applies to a caption's text (None: keep it, stripped): ``non_text_caption`` (not a
+    string), ``empty_caption`` (empty or whitespace), ``caption_too_long`` (over ``MAX_CAPTION_CHARS`` characters),
+    ``control_character`` (a control character other than tab, newline and carriage return, e.g. NUL: it would be
+    stored and parsed as a word), ``no_words`` (no letter or digit: punctuation alone has nothing to parse)."""
+    import unicodedata
+
+    if text is not None and not isinstance(text, str):
+        return "non_text_caption", f"caption must be text, got {type(text).__name__}"
+    if text is None or not text.strip():
+        return "empty_caption", "empty caption"
+    if len(text) > MAX_CAPTION_CHARS:
+        return "caption_too_long", f"caption of {len(text):,} characters (at most {MAX_CAPTION_CHARS:,})"
+    bad = next(((i, c) for i, c in enumerate(text) if c not in "\t\n\r" and unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        return "control_character", f"control character U+{ord(bad[1]):04X} at character {bad[0]} of the caption"
+    if not any(c.isalnum() for c in text):
+        return "no_words", f"caption without a letter or digit: {text.strip()[:40]!r}"
+    return None
 
 
 def check_unique_id(seen: dict, value, path: Path, where: str, field: str = "id") -> None:
@@ -86,8 +110,9 @@ def read_coco_captions(captions_json: str | Path, *, split: str, images_dir: str
         if iid not in index:
             out.errors.append(error_row(STAGE, cid, "unknown_image", f"{path}: {where}: image_id {iid} not in images"))
             continue
-        if text is None or not text.strip():
-            out.errors.append(error_row(STAGE, cid, "empty_caption", f"{path}: {where}: empty caption"))
+        problem = caption_problem(text)
+        if problem is not None:
+            out.errors.append(error_row(STAGE, cid, problem[0], f"{path}: {where}: {problem[1]}"))
             continue
         im = index[iid]
         if images_dir is not None:
@@ -137,12 +162,13 @@ def read_karpathy(dataset_json: str | Path, *, splits: tuple[str, ...] = ("train
     ``file_name`` is ``<filepath>/<filename>``. Image sizes come from ``sizes`` ({cocoid: (w, h)}, e.g. from the
     COCO captions files) or, with ``image_root``, from the image headers.
     """
-    from PIL import Image
+    from pipeline.images import ImageProblem, ImageSizes
 
     path = Path(dataset_json)
     data = load_json(path)
     out = CaptionRead()
     seen: dict[int, str] = {}
+    images = ImageSizes(Path(image_root)) if image_root is not None else None
     for i, im in enumerate(_require(data, "images", path, "top level", list)):
         where = f"images[{i}]"
         split = _require(im, "split", path, where, str)
@@ -152,14 +178,12 @@ def read_karpathy(dataset_json: str | Path, *, splits: tuple[str, ...] = ("train
         iid = _require(im, "cocoid", path, where, int)
         size = (sizes or {}).get(iid)
         if size is None and image_root is not None:
-            fp = Path(image_root) / rel
-            if not fp.is_file():
+            size = images.size(rel)
+            if isinstance(size, ImageProblem):  # missing, unreadable or too large: an error row per caption
                 for j, s in enumerate(_require(im, "sentences", path, where, list)):
                     out.errors.append(error_row(STAGE, _require(s, "sentid", path, f"{where}.sentences[{j}]", int),
-                                                "missing_image", f"{fp}: image file not found"))
+                                                size.reason, str(size)))
                 continue
-            with Image.open(fp) as img:
-                size = img.size
         if size is None:
             raise InputFileError(f"{path}: {where}: no image size for cocoid {iid} (pass sizes= or image_root=)")
         for j, s in enumerate(_require(im, "sentences", path, where, list)):
@@ -167,8 +191,9 @@ def read_karpathy(dataset_json: str | Path, *, splits: tuple[str, ...] = ("train
             sid = _require(s, "sentid", path, w2, int)
             check_unique_id(seen, sid, path, w2, "sentid")
             raw = _require(s, "raw", path, w2, str)
-            if not raw.strip():
-                out.errors.append(error_row(STAGE, sid, "empty_caption", f"{path}: {w2}: empty caption"))
+            problem = caption_problem(raw)
+            if problem is not None:
+                out.errors.append(error_row(STAGE, sid, problem[0], f"{path}: {w2}: {problem[1]}"))
                 continue
             out.rows.append({"caption_id": sid, "image_id": iid, "file_name": rel, "width": int(size[0]),
                              "height": int(size[1]), "caption": raw.strip(), "split": split})
@@ -182,14 +207,29 @@ def read_coco_root(root: str | Path, splits: tuple[str, ...] = ("train", "val", 
     """
     root = Path(root)
     out = CaptionRead()
+    caption_file: dict[int, Path] = {}
+    image_file: dict[int, Path] = {}
     for split in splits:
-        r = read_coco_captions(root / "annotations" / f"captions_{split}2014.json", split=split,
-                               images_dir=root / f"{split}2014")
+        path = root / "annotations" / f"captions_{split}2014.json"
+        r = read_coco_captions(path, split=split, images_dir=root / f"{split}2014")
+        ids = [row["caption_id"] for row in r.rows] + [int(e["item_id"]) for e in r.errors]
+        check_ids_across_files(caption_file, ids, path, "caption id")
+        check_ids_across_files(image_file, {row["image_id"] for row in r.rows}, path, "image id")
         for row in r.rows:
             row["file_name"] = f"{split}2014/{row['file_name']}"
         out.rows += r.rows
         out.errors += r.errors
     return out
+
+
+def check_ids_across_files(owner: dict[int, Path], ids, path: Path, what: str) -> None:
+    """The duplicate-id rule across the files of one source (a COCO root's split files): an id one file uses may
+    not appear in another (two splits sharing ids would merge their images, boxes and captions)."""
+    for i in ids:
+        if owner.get(i, path) != path:
+            raise InputFileError(f"{path}: {what} {i} is also used in {owner[i]}: ids must be unique across the "
+                                 "split files of one source")
+        owner[i] = path
 
 
 def split_of(path: str | Path, split: str | None = None) -> tuple[str, str]:
@@ -275,19 +315,15 @@ def read_caption_jsonl(path: str | Path, *, split: str, image_root: str | Path |
             raise InputFileError(f"{path}: {where}: missing field 'caption'")
         check_unique_id(seen, cid, path, where)
         text, file_name = rec["caption"], rec.get("file_name") or ""
-        if text is not None and not isinstance(text, str):
-            out.errors.append(error_row(STAGE, cid, "non_text_caption",
-                                        f"{path}: {where}: caption must be text, got {type(text).__name__}"))
-            continue
-        if text is None or not text.strip():
-            out.errors.append(error_row(STAGE, cid, "empty_caption", f"{path}: {where}: empty caption"))
+        problem = caption_problem(text)
+        if problem is not None:
+            out.errors.append(error_row(STAGE, cid, problem[0], f"{path}: {where}: {problem[1]}"))
             continue
         size = (_positive_int(rec.get("width")), _positive_int(rec.get("height")))
         if images is not None and file_name:
             size = images.size(file_name)
             if isinstance(size, str):
-                reason = "missing_image" if size.endswith("image file not found") else "unreadable_image"
-                out.errors.append(error_row(STAGE, cid, reason, f"{path}: {where}: {size}"))
+                out.errors.append(error_row(STAGE, cid, size.reason, f"{path}: {where}: {size}"))
                 continue
         out.rows.append({"caption_id": cid, "image_id": iid, "file_name": str(file_name), "width": int(size[0]),
                          "height": int(size[1]), "caption": text.strip(), "split": rec.get("split") or split})

@@ -95,6 +95,9 @@ def read_only_connection(tables: dict):
     from data_schemas.checks import table_paths
 
     con = connect(tables)
+    # no spilling folder: DuckDB lets a query read its temporary directory (./.tmp by default) whatever
+    # allowed_paths says
+    con.execute("set temp_directory = ''")
     con.execute("set allowed_paths = ?", [[str(p) for p in table_paths(tables)]])
     for setting in ("enable_external_access = false", "autoinstall_known_extensions = false",
                     "autoload_known_extensions = false", "lock_configuration = true"):

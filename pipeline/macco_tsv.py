@@ -14,10 +14,11 @@ caption; the other columns hold Python literals (read with ``ast.literal_eval``)
 
 ``read_macco_tsv`` gives the captions rows (image sizes read from the images), the ``official`` rows (every list
 as the file gives it) and error rows for bad lines. ``official_graphs`` builds the ``scene_graphs`` concepts from
-the lists: each word at its first whole-word occurrence in the caption (the reference's first-match rule, on
-characters instead of BPE ids), ``the`` skipped (the reference's one skip), a word that does not occur an error
-row (the reference masks nothing for it, silently); heads from the phrases where they name them, else the
-nearest objects. ``grounding.official`` turns the phrase boxes into ``regions``.
+the lists by the loader's own rule (``docs/official-implementation.md``): each word BPE-encoded alone and its
+**first** id-sequence match among the caption's tokens marked (a piece of an earlier word included: the loader's
+quirk), ``the`` skipped (its one skip), a word with no match an error row (the loader masks nothing for it,
+silently); heads from the phrases where they name them, else the nearest objects. ``grounding.official`` turns the
+phrase boxes into ``regions``: every phrase a candidate of the image mask, as the loader draws one phrase.
 """
 from __future__ import annotations
 
@@ -105,8 +106,10 @@ def read_macco_tsv(path: str | Path, image_root: str | Path | None = None, split
 
 
 def _first(caption: str, word: str) -> tuple[int, int] | None:
-    """The first whole-word, case-insensitive occurrence of ``word`` in ``caption`` (the reference's first match)."""
-    m = re.search(rf"(?<!\w){re.escape(word.strip())}(?!\w)", caption, flags=re.IGNORECASE)
+    """The first whole-word, case-insensitive occurrence of ``word`` in ``caption``, any run of whitespace matching
+    any other (as the tokenizer collapses it): which phrase holds a word, where an object sits in a phrase."""
+    pattern = r"\s+".join(re.escape(part) for part in word.split())
+    m = re.search(rf"(?<!\w){pattern}(?!\w)", caption, flags=re.IGNORECASE) if pattern else None
     return (m.start(), m.end()) if m else None
 
 
@@ -114,25 +117,44 @@ def _in(word: str, phrase: str) -> bool:
     return _first(phrase, word) is not None
 
 
-def official_graphs(captions: list[dict], official: dict[int, dict]) -> tuple[list[dict], list[dict], dict]:
-    """(``scene_graphs`` rows, ``errors`` rows, {caption_id: [Concept]}) from the file's word lists."""
+def official_graphs(captions: list[dict], official: dict[int, dict], model: str = "ViT-B-32"
+                    ) -> tuple[list[dict], list[dict], dict]:
+    """(``scene_graphs`` rows, ``errors`` rows, {caption_id: [Concept]}) from the file's word lists, by the official
+    loader's rule: each word (objects, relations, then attributes; ``the`` skipped for the masked kinds) encoded
+    alone with the CLIP BPE, its **first** id-sequence match in the caption's 77 token ids marked — a piece of an
+    earlier word whose id equals the word's included, a multiword word matched as tokens (whitespace collapsed). The
+    concept's span is the characters of the matched pieces. A word with no match is an error row (the loader masks
+    nothing for it, silently)."""
+    from pipeline.tokens import _is_bpe, align_caption, get_tokenizer
+
+    tok = get_tokenizer(model)
+    if not _is_bpe(tok):
+        raise ValueError(f"parse.parser 'official' matches words the official loader's way, in the CLIP BPE: "
+                         f"{model!r} has another tokenizer")
     rows, errors, graphs = [], [], {}
     for c in captions:
         o = official.get(c["caption_id"])
         if o is None:
             continue
+        try:
+            al = align_caption(tok, c["caption"])
+        except ValueError as exc:
+            errors.append(error_row("parse", c["caption_id"], "token_alignment", f"caption {c['caption_id']}: {exc}"))
+            continue
+        span_of = {pos: (s, e) for pos, s, e in al.pieces}
         concepts: list[Concept] = []
         for kind, words in (("object", o["objects"]), ("relation", o["relations"]), ("attribute", o["attributes"])):
             for w in words:
-                if w.strip().lower() in SKIPPED and kind != "object":
-                    errors.append(error_row("parse", f"{c['caption_id']}:{kind}:{w}", "official_skipped_word",
+                item = f"{c['caption_id']}:{kind}:{w}"
+                if w.lower() in SKIPPED:
+                    errors.append(error_row("parse", item, "official_skipped_word",
                                             f"caption {c['caption_id']}: {kind} {w!r} is not masked (the official "
                                             "loader skips it)"))
                     continue
-                span = _first(c["caption"], w)
+                span = _first_ids(al.token_ids, tok.encode(w), span_of)
                 if span is None:
-                    errors.append(error_row("parse", f"{c['caption_id']}:{kind}:{w}", "official_word_not_found",
-                                            f"caption {c['caption_id']}: {kind} {w!r} does not occur in "
+                    errors.append(error_row("parse", item, "official_word_not_found",
+                                            f"caption {c['caption_id']}: {kind} {w!r} does not occur in the tokens of "
                                             f"{c['caption']!r} (the official loader masks nothing for it)"))
                     continue
                 concepts.append(Concept(len(concepts), kind, c["caption"][span[0]:span[1]], *span))
@@ -142,6 +164,18 @@ def official_graphs(captions: list[dict], official: dict[int, dict]) -> tuple[li
                   "char_start": k.char_start, "char_end": k.char_end, "subject_id": k.subject_id,
                   "object_id": k.object_id, "phrase": k.phrase or k.text, "parser": PARSER} for k in concepts]
     return rows, errors, graphs
+
+
+def _first_ids(tokens: list[int], ids: list[int], span_of: dict[int, tuple[int, int]]) -> tuple[int, int] | None:
+    """The characters of the first run of ``tokens`` equal to ``ids`` (the official loader's scan over the whole
+    token sequence); None without a match, or for a match that is not caption text (start/end token, padding)."""
+    n = len(ids)
+    for s in range(len(tokens) - n + 1) if n else ():
+        if tokens[s:s + n] == ids:
+            if not all(p in span_of for p in range(s, s + n)):
+                return None
+            return span_of[s][0], span_of[s + n - 1][1]
+    return None
 
 
 def _heads(concepts: list[Concept], official: dict) -> None:

@@ -40,7 +40,7 @@ def _parse_rows(cfg: ParseConfig, rows: list[dict], loaded: dict) -> dict[str, l
     if cfg.parser == "official":
         from pipeline.macco_tsv import official_graphs
 
-        sg, errors, graphs = official_graphs(rows, loaded["official"])
+        sg, errors, graphs = official_graphs(rows, loaded["official"], cfg.clip_model)
         tm, tm_err = token_mask_rows(rows, graphs, cfg.clip_model, cfg.context_length)
         return {"scene_graphs": sg, "token_masks": tm, "errors": errors + tm_err}
     if not loaded:

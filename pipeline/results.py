@@ -82,9 +82,10 @@ def check_results_shape(benches: dict, path: Path) -> None:
         if not isinstance(subsets, dict) or not all(isinstance(v, dict) for v in subsets.values()):
             raise ValueError(f"{where}.subsets: a mapping of subset -> {{n, correct, accuracy}} expected")
         for sub, v in subsets.items():
-            n = v.get("n", 0)
-            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                raise ValueError(f"{where}.subsets.{sub}.n: {n!r} is not a count")
+            for key in ("n", "missing_images"):
+                n = v.get(key, 0)
+                if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                    raise ValueError(f"{where}.subsets.{sub}.{key}: {str(n)[:40]!r} is not a count")
             acc = v.get("accuracy")
             if acc is not None and not _number(acc):
                 raise ValueError(f"{where}.subsets.{sub}.accuracy: {acc!r} is not a finite number")
@@ -139,6 +140,8 @@ def load_results(specs: list[str]) -> dict[str, list[dict]]:
             run = json.loads(p.read_text())
         except json.JSONDecodeError as exc:
             raise ValueError(f"{p}: not valid JSON ({exc})") from exc
+        if isinstance(run, dict) and not isinstance(run.get("label", ""), str):
+            raise ValueError(f"{p}: label: {str(run['label'])[:40]!r} is not a run name (text)")
         benches = run.get("benchmarks") if isinstance(run, dict) else None
         if not benches or not isinstance(benches, dict) or \
                 not all(isinstance(b, dict) and "groups" in b for b in benches.values()):
@@ -153,4 +156,19 @@ def load_results(specs: list[str]) -> dict[str, list[dict]]:
         if twice:
             same = [str(f) for f, s in zip(files[label], seeds) if s == twice[0]]
             raise ValueError(f"{label}: seed {twice[0]} given more than once ({', '.join(same)})")
+    check_pairable(results, files)
     return results
+
+
+def check_pairable(results: dict[str, list[dict]], files: dict[str, list[Path]]) -> None:
+    """Every model's per-case string of a group has the same length (the paired tests compare case by case: two
+    lengths are two different sets of cases); ``ValueError`` naming both files and the group."""
+    first: dict[tuple[str, str], tuple[int, Path]] = {}
+    for label, runs in results.items():
+        for run, path in zip(runs, files[label]):
+            for bench, b in run["benchmarks"].items():
+                for group, cases in b.get("cases", {}).items():
+                    n0, p0 = first.setdefault((bench, group), (len(cases), path))
+                    if len(cases) != n0:
+                        raise ValueError(f"{path}: benchmarks.{bench}.cases.{group} has {len(cases)} cases, {p0} has "
+                                         f"{n0}: not evaluations of the same benchmark files (no paired test)")

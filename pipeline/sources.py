@@ -19,12 +19,13 @@ import csv
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Literal, get_args
 
 from data_schemas.errors import error_row
-from pipeline.captions import (STAGE, CaptionRead, InputFileError, NotUtf8, check_unique_id, jsonl_records,
-                               not_utf8_error, text_lines)
+from pipeline.captions import (STAGE, CaptionRead, InputFileError, NotUtf8, caption_problem, check_unique_id,
+                               jsonl_records, not_utf8_error, text_lines)
 from pipeline.images import ImageSizes
 
 Source = Literal["coco", "csv", "folder", "webdataset", "macco-tsv"]  # macco-tsv: pipeline.macco_tsv
@@ -32,24 +33,32 @@ SOURCES = get_args(Source)
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 
 
+COCO_FILE = re.compile(r"COCO_(?:train|val|test)2014_(\d{12})\.jpg$")
+
+
 def image_id_of(file_name: str) -> int:
-    """A stable 60-bit id for an image from its path under the image root."""
+    """An image's id from its path under the image root: a COCO 2014 file name's own id
+    (``COCO_train2014_000000123456.jpg`` -> 123456, so the rows meet COCO's instance annotations), else a stable
+    60-bit hash of the path."""
+    m = COCO_FILE.search(file_name)
+    if m:
+        return int(m.group(1))
     return int(hashlib.sha256(file_name.encode()).hexdigest()[:15], 16)
 
 
 def _add(out: CaptionRead, images: ImageSizes, caption_id: int, file_name: str, caption, split: str,
          where: str) -> None:
-    """One caption row, or the error row that says why not."""
-    if caption is None or not str(caption).strip():
-        out.errors.append(error_row(STAGE, caption_id, "empty_caption", f"{where}: empty caption"))
+    """One caption row, or the error row that says why not (``caption_problem``: the one caption rule)."""
+    problem = caption_problem(caption)
+    if problem is not None:
+        out.errors.append(error_row(STAGE, caption_id, problem[0], f"{where}: {problem[1]}"))
         return
     size = images.size(file_name)
     if isinstance(size, str):
-        reason = "missing_image" if size.endswith("image file not found") else "unreadable_image"
-        out.errors.append(error_row(STAGE, caption_id, reason, f"{where}: {size}"))
+        out.errors.append(error_row(STAGE, caption_id, size.reason, f"{where}: {size}"))
         return
     out.rows.append({"caption_id": caption_id, "image_id": image_id_of(file_name), "file_name": file_name,
-                     "width": int(size[0]), "height": int(size[1]), "caption": str(caption).strip(),
+                     "width": int(size[0]), "height": int(size[1]), "caption": caption.strip(),
                      "split": split})
 
 
@@ -70,6 +79,9 @@ def csv_records(path: Path, separator: str, required: tuple[str, ...], errors: l
     — it never swallows the lines after it — and a line that is not UTF-8 a ``not_utf8`` row; blank lines are not
     rows. A bad header, a missing ``required`` column or a line with more fields than the header is an
     ``InputFileError``. A record missing trailing fields has None for them."""
+    # a field longer than csv's default limit (128 KiB) is read whole: the caption rule then names its length
+    # (caption_too_long), instead of a csv error blamed on a quote
+    csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
     lines = text_lines(path)
     first = next(lines, (1, ""))[1]
     if isinstance(first, NotUtf8):

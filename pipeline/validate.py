@@ -28,21 +28,17 @@ def discover_tables(path: str | Path) -> dict[str, Path | list[Path]]:
     """
     path = Path(path)
     if (path / MANIFEST).exists():
-        manifest = json.loads((path / MANIFEST).read_text())
-        return {manifest["table"]: path}
+        return {_table_of(path / MANIFEST): path}
     found: dict[str, tuple[str, Path]] = {}
     errors: dict[str, tuple[str, Path]] = {}
     history: list[Path] = []
     for m in sorted(path.rglob(MANIFEST)):
         if any(part.startswith(".") or part.endswith(".partial") for part in m.relative_to(path).parts[:-1]):
             continue
-        try:
-            manifest = json.loads(m.read_text())
-        except json.JSONDecodeError as exc:
-            raise TableError(f"{m}: not valid JSON ({exc})") from exc
-        name = manifest.get("table")
+        name = _table_of(m)
         if name not in TABLES:
             continue
+        manifest = json.loads(m.read_text(encoding="utf-8"))
         stamp = f"{manifest.get('created', '')}|{m.stat().st_mtime_ns:020d}"
         if name == "eval_results":
             history.append(m.parent)
@@ -59,6 +55,22 @@ def discover_tables(path: str | Path) -> dict[str, Path | list[Path]]:
     if history:
         out["eval_results"] = history
     return out
+
+
+def _table_of(mpath: Path) -> str | None:
+    """The table a manifest says it holds; a manifest that cannot be read, or a folder named after one table holding
+    another (a hand-edited ``table`` field would hide it from that table's checks), is a ``TableError``."""
+    from data_schemas._read import _manifest_problem
+
+    manifest, problem = _manifest_problem(mpath)
+    if problem is not None:
+        raise TableError(f"{mpath}: {problem}")
+    name = manifest.get("table")
+    folder = mpath.parent.name
+    if folder in TABLES and name != folder:
+        raise TableError(f"{mpath}: the folder {folder!r} holds a manifest of table {str(name)[:40]!r}: a folder "
+                         "named after a table holds that table (a hand-edited manifest?): refused")
+    return name if isinstance(name, str) else None
 
 
 def validate(tables: dict[str, Path | list[Path]], params: CheckParams | dict | None = None, *,

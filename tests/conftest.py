@@ -25,6 +25,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _prefect_console_on_a_live_stream():
+    """Prefect (re)configures its logging when a flow runs: its console handler keeps the stream ``sys.stderr``
+    was then — in a test using ``capsys``, that test's capture stream, closed when the test ends; every later
+    in-process flow run then fails with "I/O operation on closed file". Before each test, such a handler is pointed
+    back at the process's stderr."""
+    import logging
+
+    handlers_module = sys.modules.get("prefect.logging.handlers")
+    if handlers_module is not None:
+        loggers = [logging.getLogger(), *(v for v in logging.root.manager.loggerDict.values()
+                                          if isinstance(v, logging.Logger))]
+        for logger in loggers:
+            for h in logger.handlers:
+                if isinstance(h, handlers_module.PrefectConsoleHandler) and getattr(h.stream, "closed", False):
+                    h.stream = sys.__stderr__  # (setStream would flush the closed one)
+                    h.console.file = sys.__stderr__
+    yield
+
+
 @pytest.fixture(scope="session")
 def world(tmp_path_factory):
     """A small synthetic world shared by the session (read-only for tests)."""

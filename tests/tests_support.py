@@ -1,9 +1,19 @@
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 DATA = Path(__file__).parent / "data"
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def without_logging_errors(err: str) -> str:
+    """stderr without Python's "--- Logging error ---" reports: a Prefect console handler left on the root logger by
+    an in-process flow run of an earlier test writes to that test's closed capture stream (a test-run artifact,
+    not output of the command under test)."""
+    import re
+
+    return re.sub(r"--- Logging error ---\n.*?\nArguments: [^\n]*\n", "", err, flags=re.S)
 
 
 def needs_shared(*paths: str):
@@ -149,6 +159,44 @@ def write_shard(path: Path, samples: list[dict]) -> Path:
                 tar.addfile(info, io.BytesIO(data))
     return path
 
+@contextmanager
+def read_only_folder(path: Path):
+    """``path`` (created) mounted read-only (a bind mount: root may write anywhere else); skips the test where this
+    machine cannot mount."""
+    import subprocess
+
+    import pytest
+
+    src = path.with_name(path.name + "-src")
+    src.mkdir(parents=True, exist_ok=True)
+    path.mkdir(parents=True, exist_ok=True)
+    ok = subprocess.run(["mount", "--bind", str(src), str(path)], capture_output=True).returncode == 0 and \
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], capture_output=True).returncode == 0
+    if not ok:
+        subprocess.run(["umount", str(path)], capture_output=True)
+        pytest.skip("this machine cannot bind-mount a read-only folder")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def bomb_png(width: int = 30000, height: int = 30000) -> bytes:
+    """A tiny PNG (about 70 bytes) whose header claims ``width`` x ``height`` pixels (a decompression bomb)."""
+    import io
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (1, 1)).save(buf, format="PNG")
+    data = bytearray(buf.getvalue())
+    ihdr = data.index(b"IHDR")
+    data[ihdr + 4:ihdr + 12] = struct.pack(">II", width, height)
+    body = bytes(data[ihdr:ihdr + 17])  # chunk type + 13 bytes of IHDR data
+    data[ihdr + 17:ihdr + 21] = struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+    return bytes(data)
 
 
 # ---- the flow under a Prefect test harness (tests/e2e) -------------------------------------------------
@@ -156,7 +204,10 @@ def prefect_env(tmp_path: Path) -> dict:
     """The environment of a ``macco run`` subprocess with its own Prefect home and ephemeral server."""
     import os
 
-    return {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL": "",
+    # no PREFECT_API_URL (an empty one breaks Prefect's events worker: "Service 'EventsWorker' failed"): the run
+    # starts its own temporary server
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    return {**env, "PREFECT_HOME": str(tmp_path / "prefect-home"),
             "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(tmp_path / "results"), "OMP_NUM_THREADS": "1"}
 
 

@@ -106,7 +106,7 @@ def load_encoder(cfg: EvalConfig) -> tuple[Encoder, str, str]:
     with ``cfg.activation`` (``Encoder.activation`` says what the towers use)."""
     import open_clip
 
-    from model.factory import register_model_configs, resolve_arch
+    from model.factory import register_model_configs, resolve_arch, weights_file
 
     from data_schemas.provenance import file_sha256 as sha256_file
     from .scoring import Encoder
@@ -122,15 +122,17 @@ def load_encoder(cfg: EvalConfig) -> tuple[Encoder, str, str]:
         tokenizer = open_clip.get_tokenizer(cfg.model)
         weights = next(iter(sorted(Path(cfg.model[len("local-dir:"):]).glob("*.safetensors"))), None)
         if cfg.checkpoint:  # the folder's loader reads its own weights and ignores a file: load the file's
-            open_clip.load_checkpoint(model, cfg.checkpoint, device=cfg.device)
+            with weights_file(cfg.checkpoint):
+                open_clip.load_checkpoint(model, cfg.checkpoint, device=cfg.device)
             weights = Path(cfg.checkpoint)
         sha = sha256_file(weights) if weights else ""
     else:
         # auto: resolve_arch's choice; forced: the plain architecture with quick_gelu overridden
         arch = resolve_arch(cfg.model, cfg.checkpoint) if cfg.activation == "auto" else \
             cfg.model.removesuffix("-gelu")
-        model, _, preprocess = open_clip.create_model_and_transforms(arch, pretrained=cfg.checkpoint,
-                                                                     device=cfg.device, **kw)
+        with weights_file(cfg.checkpoint):
+            model, _, preprocess = open_clip.create_model_and_transforms(arch, pretrained=cfg.checkpoint,
+                                                                         device=cfg.device, **kw)
         tokenizer = open_clip.get_tokenizer(arch)
         sha = sha256_file(cfg.checkpoint) if cfg.checkpoint and Path(cfg.checkpoint).is_file() else ""
     return Encoder(model, preprocess, tokenizer, cfg.device, cfg.batch_size, cfg.autocast), cfg.model, sha

@@ -121,7 +121,7 @@ def _winoground(mod, enc, root: Path, cfg, settings: dict) -> dict:
     from .scoring import check_missing
 
     examples = mod.load(root)
-    check_missing("winoground", [f"example {i}" for i in mod.missing_ids(root, examples)], len(examples),
+    check_missing("winoground", mod.missing_files(root, examples), len(examples),
                   cfg.allow_missing)  # before the encoding
     r = mod.evaluate(enc, root, examples)
     r.pop("missing_ids")

@@ -110,18 +110,21 @@ class Encoder:
 
     @torch.no_grad()
     def images(self, keys: Sequence[tuple[str, tuple | None]]) -> np.ndarray:
-        from PIL import Image
+        from PIL import Image, UnidentifiedImageError
 
         out = []
         for i in range(0, len(keys), self.batch_size):
             ims = []
             for path, crop in keys[i:i + self.batch_size]:
-                with Image.open(path) as im:
-                    im = im.convert("RGB")
-                    if crop is not None:
-                        x, y, w, h = crop
-                        im = im.crop((x, y, x + w, y + h))
-                    ims.append(self.preprocess(im))
+                try:
+                    with Image.open(path) as im:
+                        im = im.convert("RGB")
+                        if crop is not None:
+                            x, y, w, h = crop
+                            im = im.crop((x, y, x + w, y + h))
+                        ims.append(self.preprocess(im))
+                except (OSError, UnidentifiedImageError, Image.DecompressionBombError) as exc:
+                    raise InputFileError(f"{path}: a benchmark image that cannot be read ({exc})") from exc
             with self._ctx():
                 f = self.model.encode_image(torch.stack(ims).to(self.device))
             out.append(torch.nn.functional.normalize(f.float(), dim=-1).cpu().numpy())

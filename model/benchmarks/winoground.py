@@ -90,6 +90,18 @@ def missing_ids(root: str | Path, examples: list[dict]) -> list:
     return [e["id"] for e in examples if not _has_images(Path(root), e)]
 
 
+def missing_files(root: str | Path, examples: list[dict]) -> list[str]:
+    """Per example lacking an image file: that file, named as it is looked for (``images/<name>.png``), with the
+    example's id — what a missing-image error shows, as the other benchmarks name their files."""
+    root = Path(root)
+    out = []
+    for e in examples:
+        lost = [_image(root, e[k]) for k in ("image_0", "image_1") if not _image(root, e[k]).exists()]
+        if lost:
+            out.append(f"{lost[0]} (example {e['id']})")
+    return out
+
+
 def evaluate(enc, root: str | Path, examples: list[dict]) -> dict:
     root = Path(root)
 

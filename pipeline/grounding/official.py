@@ -1,9 +1,18 @@
 """``backend: official``: the regions of MACCO's released training file (``pipeline.macco_tsv``), not a model.
 
-Each phrase of the file's ``relation_attribute_phrase_bbox_list`` keeps its boxes (original-image pixels); it is
-the region of the concept whose word it holds (a relation word first, else an attribute word, as
-``official_graphs`` built them), so training masks one phrase's boxes drawn at random, as the reference does. A
-phrase holding no masked word, and a box that is not finite or not inside the image, are error rows."""
+The official loader masks the patches of **one phrase** of ``relation_attribute_phrase_bbox_list``, drawn at random
+among the phrases (``random.choice`` over the dict's values), its boxes clipped to the (cropped) image. So every
+phrase of the file is a region of its own here — the training's candidates are the (concept, phrase) groups of
+``regions`` (``model.data.build_samples``) — with its boxes clamped to the image:
+
+- a phrase holding a masked word of the caption is the region of that word's concept (a relation word first, else
+  an attribute word); two phrases sharing one word ("white dog", "white snow") stay two candidates;
+- a phrase holding none (its word a lemma absent from the caption, "graze") has no concept (``concept_id`` -1):
+  the loader draws it all the same, so it is kept;
+- a box is clamped to the image (a box starting 1.7 px left of it starts at 0, as the loader's crop clipping
+  does); a box not finite, inverted or empty once clamped is an error row (the loader would fail on a non-finite
+  one and mark nothing, or its out-of-crop edge patch, for the others: ``docs/official-implementation.md``).
+"""
 from __future__ import annotations
 
 import json
@@ -13,6 +22,7 @@ from data_schemas.errors import error_row
 from .plan import box_problem
 
 NAME = "official"
+NO_CONCEPT = -1  # a phrase of the file holding none of its caption's masked words
 
 
 def official_regions(row: dict, captions: list[dict], by_caption: dict[int, list[dict]],
@@ -26,24 +36,26 @@ def official_regions(row: dict, captions: list[dict], by_caption: dict[int, list
         if o is None:
             continue
         concepts = by_caption.get(cid, [])
+        count: dict[int, int] = {}
         for n, (phrase, boxes) in enumerate(json.loads(o["phrase_boxes"]).items()):
-            owner = next((k for kind in ("relation", "attribute") for k in concepts
-                          if k["kind"] == kind and _in(k["text"], phrase)), None)
-            if owner is None:
-                errors.append(error_row("ground", f"{cid}:{phrase}", "official_phrase_without_word",
-                                        f"caption {cid}: phrase {phrase!r} holds none of its masked words"))
-                continue
-            kept = [b for j, b in enumerate(boxes) if not _bad(row, f"{cid}:{owner['concept_id']}:{n}:{j}", b, errors)]
-            start = sum(1 for r in regions if r["caption_id"] == cid and r["concept_id"] == owner["concept_id"])
-            regions += [{"caption_id": cid, "concept_id": owner["concept_id"], "box_id": start + k,
-                         "image_id": row["image_id"], "phrase": phrase, "box_xyxy": [float(v) for v in b],
-                         "score": 1.0, "label": phrase, "backend": NAME} for k, b in enumerate(kept)]
+            owner = next((k["concept_id"] for kind in ("relation", "attribute") for k in concepts
+                          if k["kind"] == kind and _in(k["text"], phrase)), NO_CONCEPT)
+            for j, b in enumerate(boxes):
+                box = clamp(b, row)
+                problem = box_problem(box, row)
+                if problem is not None:
+                    errors.append(error_row("ground", f"{cid}:{owner}:{n}:{j}", problem[0],
+                                            f"caption {cid}, phrase {phrase!r}: {problem[1]}"))
+                    continue
+                k = count[owner] = count.get(owner, -1) + 1
+                regions.append({"caption_id": cid, "concept_id": owner, "box_id": k, "image_id": row["image_id"],
+                                "phrase": phrase, "box_xyxy": box, "score": 1.0, "label": phrase, "backend": NAME})
     return regions, errors
 
 
-def _bad(row: dict, item: str, box, errors: list) -> bool:
-    """Whether ``box`` is not finite or not inside the image (then an error row for ``item``)."""
-    problem = box_problem(box, row)
-    if problem is not None:
-        errors.append(error_row("ground", item, *problem))
-    return problem is not None
+def clamp(box, row: dict) -> list[float]:
+    """``box`` [x1, y1, x2, y2] clamped to the image (``row``'s width and height); a non-finite value kept (then
+    refused by ``box_problem``)."""
+    x1, y1, x2, y2 = (float(v) for v in box)
+    w, h = float(row["width"]), float(row["height"])
+    return [min(max(x1, 0.0), w), min(max(y1, 0.0), h), min(max(x2, 0.0), w), min(max(y2, 0.0), h)]

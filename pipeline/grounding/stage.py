@@ -109,6 +109,11 @@ def _open_checked(path: Path, row: dict, load: bool):
                                                      f"applied), the captions table says {row['width']}x"
                                                      f"{row['height']}")
             return (ImageOps.exif_transpose(im).convert("RGB") if load else None), None
+    except Image.DecompressionBombError as exc:
+        from pipeline.images import too_large
+
+        problem = too_large(path, exc)
+        return None, (problem.reason, str(problem))
     except (OSError, UnidentifiedImageError, ValueError) as exc:
         return None, ("unreadable_image", f"{path}: {exc}")
 
@@ -154,10 +159,15 @@ def _grounder_works(grounder, like) -> bool:
 
 
 def read_instances(root: str | Path, splits: Iterable[str]) -> dict[int, list[dict]]:
-    from pipeline.captions import read_coco_instances
+    """{image_id: its boxes} of the splits' ``instances_<split>2014.json``; an image id in two files is refused."""
+    from pipeline.captions import check_ids_across_files, read_coco_instances
 
     out: dict[int, list[dict]] = {}
+    owner: dict[int, Path] = {}
     for split in splits:
-        out.update(read_coco_instances(Path(root) / "annotations" / f"instances_{split}2014.json"))
+        path = Path(root) / "annotations" / f"instances_{split}2014.json"
+        found = read_coco_instances(path)
+        check_ids_across_files(owner, found, path, "image id")
+        out.update(found)
     return out
 

@@ -311,3 +311,54 @@ def test_a_finalize_killed_after_carrying_rows_does_not_carry_them_twice(tmp_pat
     ShardedTableWriter(spec, d, 1).finalize(replaces={"stage": ["parse"]})
     rows = read_table(spec, d).to_pylist()
     assert sorted(r["stage"] for r in rows) == ["captions", "parse"]
+
+
+# ---- hand-edited manifests, and what macco sql may read (bad input, round 3) ----------------------------------
+def test_a_manifest_listing_parts_outside_its_table_is_refused(tables, tmp_path, capsys):
+    """A manifest can make `macco sql` serve another folder's file: parts listed outside the table were read."""
+    other = tmp_path / "other"
+    shutil.copytree(tables / "captions", other)
+    m = json.loads((tables / "captions" / "manifest.json").read_text())
+    m["parts"] = [f"../../other/{m['parts'][0]}"]
+    (tables / "captions" / "manifest.json").write_text(json.dumps(m))
+    assert main(["sql", "select count(*) from captions", "--root", str(tables)]) == 2
+    err = capsys.readouterr().err
+    assert "lists part '../../other/part-00000.parquet', not a part file of this folder" in err
+
+
+def test_a_folder_holding_another_tables_manifest_is_refused_not_skipped(tables, capsys):
+    """A manifest whose `table` field names another table made validate skip that table's checks and pass."""
+    shutil.copytree(tables / "captions", tables / "regions")
+    m = json.loads((tables / "regions" / "manifest.json").read_text())
+    assert m["table"] == "captions"
+    assert main(["validate", str(tables)]) == 2
+    assert "the folder 'regions' holds a manifest of table 'captions'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [b"[1, 2]", b"\xff\xfe\x00", b'{"table": "capt'])
+def test_an_unreadable_manifest_given_as_root_is_one_line(tmp_path, capsys, content):
+    """A JSON list, non-UTF-8 or truncated manifest given as --root was a traceback."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "manifest.json").write_bytes(content)
+    for verb in (["sql", "select 1", "--root"], ["validate"], ["inspect"]):
+        assert main([*verb, str(tmp_path / "t")]) == 2
+        err = capsys.readouterr().err
+        assert "manifest.json: not valid JSON" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sql_reading_a_sound_part_as_csv_is_the_querys_error_not_a_damaged_table(tables, capsys):
+    """`read_csv` of a valid part was reported as "DuckDB could not read the parts of table captions"; and DuckDB's
+    ./.tmp/ folder was among the readable ones."""
+    part = next((tables / "captions").glob("part-*.parquet"))
+    assert main(["sql", f"select * from read_csv('{part}')", "--root", str(tables)]) == 2
+    err = capsys.readouterr().err
+    assert "could not read the parts" not in err and "macco sql:" in err
+    (tables / ".tmp").mkdir()
+    (tables / ".tmp" / "x.csv").write_text("a,b\n1,2\n")
+    os_cwd = Path.cwd()
+    try:
+        os.chdir(tables)
+        assert main(["sql", "select * from read_csv('.tmp/x.csv')", "--root", str(tables)]) == 2
+        assert "Permission Error" in capsys.readouterr().err
+    finally:
+        os.chdir(os_cwd)

@@ -20,7 +20,9 @@ CAPTION = "a red circle left of a blue square"
 
 
 def one_line_error(capsys, verb: str) -> str:
-    err = capsys.readouterr().err
+    from tests_support import without_logging_errors
+
+    err = without_logging_errors(capsys.readouterr().err)
     assert "Traceback" not in err and err.count("\n") == 1 and err.startswith(f"macco {verb}: "), err
     return err
 
@@ -138,6 +140,24 @@ def test_training_skips_an_image_resized_after_grounding(world, world_tables, tm
     assert not (tmp_path / "r" / "export").exists()
 
 
+def test_training_skips_an_image_replaced_by_a_decompression_bomb(world, world_tables, tmp_path):
+    """An image replaced by a 69-byte PNG claiming 30000x30000 crashed training even at max_skipped_fraction 1.0."""
+    from model.train import load_config, train
+    from tests_support import bomb_png
+
+    root = tmp_path / "imgs"
+    shutil.copytree(world, root)
+    victims = sorted((root / "train2014").glob("*.jpg"))[:3]
+    for p in victims:
+        p.write_bytes(bomb_png())
+    cfg = load_config(None, [], arch="macco-micro", batch_size=8, max_steps=2, workers=0, lr_clip=1e-3, warmup=1,
+                      log_every=1, progress=False, out_dir=str(tmp_path / "r"), image_root=str(root),
+                      max_skipped_fraction=1.0, tables={k: str(v) for k, v in world_tables.items() if k != "root"})
+    summary = train(cfg)
+    assert summary["steps"] == 2 and (tmp_path / "r" / "export.pt").is_file()
+    assert all("DecompressionBombError" in e["error"] for e in summary["skipped_examples"])
+
+
 # ---- config values ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("override,message", [
     ("batch_size=0", "batch_size: 0 must be > 0"),  # was a ZeroDivisionError
@@ -145,6 +165,9 @@ def test_training_skips_an_image_resized_after_grounding(world, world_tables, tm
     ("lr_clip=-1", "lr_clip: -1.0 must be >= 0"),  # trained and reported Completed
     ("rect_prob=1.5", "rect_prob: 1.5 must be in [0, 1]"),
     ("loss_weights={image_reconstruction_loss: -250}", "loss_weights.image_reconstruction_loss: -250 must be >= 0"),
+    ("lr_clip=.inf", "lr_clip: inf must be finite"),  # passed; training died at step 0 with NonFiniteLoss
+    ("loss_weights={contrast_loss: .inf}", "loss_weights.contrast_loss: inf must be finite"),
+    ("rect_ratio=.nan", "rect_ratio: nan must be finite"),
 ])
 def test_train_config_out_of_range_is_one_line(tmp_path, capsys, override, message):
     assert main(["train", override, f"out_dir={tmp_path / 'r'}"]) == 2
@@ -193,6 +216,30 @@ def test_report_inputs_of_the_wrong_shape_are_one_line(tmp_path, capsys, bench, 
     assert main(["report", f"macco={f}", "--out", str(tmp_path / "o")]) == 2
     assert where in one_line_error(capsys, "report")
     assert not (tmp_path / "o" / "results.md").exists()
+
+
+def test_report_inputs_of_other_shapes_and_an_out_file_are_one_line_leaving_nothing(tmp_path, capsys):
+    """label: 5, missing_images: "x", case strings shorter than the control's, --out an existing file: TypeError,
+    ValueError, FileExistsError tracebacks, and an empty folder left."""
+    good = {"sugarcrepe": {"groups": {"relation": 0.5}, "subsets": {"replace_rel": {"n": 4, "accuracy": 0.5}},
+                           "cases": {"relation": "1010"}}}
+    (tmp_path / "c.json").write_text(json.dumps({"benchmarks": good}))
+    cases = [({"label": 5, "benchmarks": good}, "label: '5' is not a run name"),
+             ({"benchmarks": {"sugarcrepe": {**good["sugarcrepe"], "subsets": {
+                 "replace_rel": {"n": 4, "accuracy": 0.5, "missing_images": "x"}}}}},
+              "subsets.replace_rel.missing_images: 'x' is not a count"),
+             ({"benchmarks": {"sugarcrepe": {**good["sugarcrepe"], "cases": {"relation": "10"}}}},
+              "benchmarks.sugarcrepe.cases.relation has 2 cases")]
+    for run, where in cases:
+        (tmp_path / "m.json").write_text(json.dumps(run))
+        assert main(["report", f"clip-ft={tmp_path / 'c.json'}", f"macco={tmp_path / 'm.json'}", "--out",
+                     str(tmp_path / "o")]) == 2
+        assert where in one_line_error(capsys, "report")
+        assert not (tmp_path / "o").exists()
+    (tmp_path / "afile").write_text("mine")
+    assert main(["report", f"clip-ft={tmp_path / 'c.json'}", "--out", str(tmp_path / "afile")]) == 2
+    assert "afile: is a file, not a folder (--out)" in one_line_error(capsys, "report")
+    assert (tmp_path / "afile").read_text() == "mine"
 
 
 # ---- one duplicate-id rule ----------------------------------------------------------------------------------
@@ -258,3 +305,48 @@ def test_a_version_1_rows_null_protocol_reads_the_same_upgraded_and_in_the_view(
     assert capsys.readouterr().out.splitlines()[1:] == [","]
     [row] = upgrade_v1(LEGACY_SPEC.from_rows(old)).to_pylist()
     assert (row["protocol"], row["activation"]) == ("", "")
+
+
+# ---- a read-only artifacts folder ------------------------------------------------------------------------------
+def test_read_only_outputs_are_one_line_before_any_work(world, tmp_path, capsys, monkeypatch):
+    """Every writer ended in an `OSError [Errno 30]` traceback, and `macco eval --results-table` ran the whole
+    evaluation before failing at the lock, losing the work."""
+    import model.benchmarks as benchmarks
+    from tests_support import read_only_folder
+
+    with read_only_folder(tmp_path / "ro") as ro:
+        assert main(["captions", str(world), "--out", str(ro / "T")]) == 2
+        assert f"{ro / 'T'}: cannot write here ({ro} is read-only" in one_line_error(capsys, "captions")
+        monkeypatch.setattr(benchmarks, "load_encoder", lambda cfg: pytest.fail("evaluated before checking"))
+        assert main(["eval", "--model", "macco-micro", "--benchmark", "aro-vgr", "--world", str(world),
+                     "--results-table", str(ro / "eval_results")]) == 2
+        assert "eval_results: cannot write here" in one_line_error(capsys, "eval")
+        assert main(["world", "--out", str(ro / "w"), "--images", "4"]) == 2
+        assert "cannot write here" in one_line_error(capsys, "world")
+        (tmp_path / "c.yaml").write_text(f"artifacts: {ro / 'artifacts'}\nworld: {{images: 4}}\n")
+        import subprocess
+        import sys
+
+        from tests_support import prefect_env
+
+        r = subprocess.run([sys.executable, "-m", "macco.cli", "run", "--config", str(tmp_path / "c.yaml"),
+                            "--stages", "world"], capture_output=True, text=True, env=prefect_env(tmp_path))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert f"macco run: {ro / 'artifacts'}/world/" in r.stderr and f"cannot write here ({ro} is read-only" in r.stderr
+
+
+def test_too_many_skipped_images_is_one_line_from_macco_train(world, world_tables, tmp_path, capsys):
+    """TooManySkipped reached the user as a traceback."""
+    root = tmp_path / "imgs"
+    shutil.copytree(world, root)
+    for p in (root / "train2014").glob("*.jpg"):
+        p.write_bytes(b"not an image")
+    tables = "{" + ", ".join(f"{k}: {v}" for k, v in world_tables.items() if k != "root") + "}"
+    assert main(["train", "arch=macco-micro", "batch_size=8", "max_steps=2", "workers=0", "warmup=1",
+                 f"out_dir={tmp_path / 'r'}", f"image_root={root}", f"tables={tables}", "progress=false"]) == 2
+    from tests_support import without_logging_errors
+
+    err = without_logging_errors(capsys.readouterr().err)
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and last.startswith("macco train: 8 of 8 training images") and \
+        "max_skipped_fraction" in last

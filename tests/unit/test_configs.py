@@ -250,3 +250,24 @@ def test_one_name_per_setting_from_the_yaml_to_the_loss():
     mc = MaccoConfig.from_train(run)
     assert mc.predictor_heads == 4 and mc.loss_weights.image_reconstruction_loss == 7.5
     assert set(term_weights(LossWeights())) == {f.name for f in __import__("dataclasses").fields(LossWeights)}
+
+
+def test_a_yaml_alias_bomb_is_refused_in_one_bounded_line(tmp_path, capsys):
+    """`validate.params: {bomb: [&a0 [lol x9], &a1 [*a0 x9], ... &a9]}` was accepted; building the validate key
+    reached 3 GB and a MemoryError; as world.seed the error message itself exhausted memory."""
+    from macco.cli import main
+
+    lines = ["bomb: &a0 [" + ", ".join(["lol"] * 9) + "]"] + \
+        [f"b{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    for where in ("validate:\n  params:\n", "world:\n  seed:\n"):
+        body = "\n".join("    " + line for line in lines) if "params" in where else \
+            "    - &a0 [" + ", ".join(["lol"] * 9) + "]\n" + "\n".join(
+                f"    - &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10))
+        (tmp_path / "bomb.yaml").write_text(where + body + "\n")
+        assert main(["run", "--config", str(tmp_path / "bomb.yaml")]) == 2
+        err = capsys.readouterr().err
+        assert "expands to more than 100,000 values" in err and len(err) < 400
+    (tmp_path / "seed.yaml").write_text("world:\n  seed: [" + ", ".join(["1234567890"] * 5000) + "]\n")
+    assert main(["run", "--config", str(tmp_path / "seed.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "config world seed:" in err and "too large to show" in err and len(err) < 400

@@ -372,6 +372,7 @@ def test_missing_images_refused_by_default_and_marked_when_allowed(tmp_path, cap
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "winoground: 1 of 3 case(s) have no image file" in err and "example 2" in err
+    assert str(wg / "images" / "ex_2_img_1") in err  # the file, named as the other benchmarks name theirs
     assert main(args + ["--allow-missing"]) == 0
     r = json.loads((tmp_path / "r.json").read_text())["benchmarks"]["winoground"]
     assert r["settings"]["allow_missing"] is True and r["subsets"]["winoground"]["missing_images"] == 1

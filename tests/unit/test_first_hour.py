@@ -16,7 +16,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def one_line_error(capsys, verb: str) -> str:
-    err = capsys.readouterr().err
+    from tests_support import without_logging_errors
+
+    err = without_logging_errors(capsys.readouterr().err)
     assert "Traceback" not in err and err.count("\n") == 1 and err.startswith(f"macco {verb}: "), err
     return err
 
@@ -182,3 +184,34 @@ def test_results_figure_marks_the_paired_test_and_the_spread():
 
     assert sum(isinstance(c, BarContainer) for c in ax.containers) == 2
     assert sum(isinstance(c, ErrorbarContainer) for c in ax.containers) == 2  # the sd over seeds
+
+
+@pytest.mark.parametrize("kind", ["truncated", "text", "empty", "pickled"])
+def test_a_bad_weights_file_is_one_line_naming_it_for_eval_and_train(world, tmp_path, capsys, kind):
+    """`macco eval --checkpoint` of a truncated / text / empty file was `RuntimeError: PytorchStreamReader...`,
+    `KeyError: 101`, a bare `EOFError` (naming no file); a pickled checkpoint's refusal a traceback too."""
+    import open_clip
+    import torch
+
+    from model.factory import register_model_configs
+
+    register_model_configs()
+    state = open_clip.create_model("macco-micro").state_dict()
+    good = tmp_path / "good.pt"
+    torch.save({"state_dict": state}, good)
+    bad = tmp_path / f"{kind}.pt"
+    if kind == "truncated":
+        bad.write_bytes(good.read_bytes()[:len(good.read_bytes()) // 2])
+    elif kind == "text":
+        bad.write_text("hello\n")
+    elif kind == "empty":
+        bad.write_bytes(b"")
+    else:
+        torch.save({"state_dict": state, "note": Path("x")}, bad)  # an object, not a tensor
+    expected = {"truncated": "not a readable weights file (RuntimeError", "text": "not a readable weights file",
+                "empty": "an empty file, not weights", "pickled": "not plain weights (it holds a pathlib"}
+    assert main(["eval", "--model", "macco-micro", "--checkpoint", str(bad), "--benchmark", "aro-vgr",
+                 "--world", str(world)]) == 2
+    assert f"{bad}: {expected[kind]}" in one_line_error(capsys, "eval")
+    assert main(["train", "arch=macco-micro", f"pretrained={bad}", f"out_dir={tmp_path / 'r'}"]) == 2
+    assert f"{bad}: {expected[kind]}" in one_line_error(capsys, "train")

@@ -88,3 +88,17 @@ def test_parse_stage_with_worker_processes_writes_the_same_tables(world, tmp_pat
     for name in ("scene_graphs", "token_masks", "errors"):
         assert two[name]["rows"] == one[name]["rows"] and two[name]["content_hash"] == one[name]["content_hash"]
     assert one["errors"]["rows"] == 1
+
+
+def test_a_1mb_caption_in_a_captions_table_is_an_error_row_and_the_rest_is_parsed(tmp_path):
+    """spaCy refuses a text over 1,000,000 characters (E088): no scene graph for any caption, *.partial left."""
+    from data_schemas import write_table
+
+    rows = [{"caption_id": i, "image_id": 1, "file_name": "a.jpg", "width": 64, "height": 64, "split": "train",
+             "caption": text} for i, text in enumerate(["a red circle left of a blue square", "a cat " * 200_000])]
+    write_table(TABLES["captions"], tmp_path / "captions", TABLES["captions"].from_rows(rows))
+    parse_stage(ParseConfig(clip_model="macco-micro"), read_caption_input(tmp_path / "captions"), tmp_path)
+    sg = read_table(TABLES["scene_graphs"], tmp_path / "scene_graphs").to_pylist()
+    [e] = read_table(TABLES["errors"], tmp_path / "errors").to_pylist()
+    assert {r["caption_id"] for r in sg} == {0} and (e["item_id"], e["reason"]) == ("1", "caption_too_long")
+    assert "1,200,000 characters" in e["message"] and not list(tmp_path.glob("*.partial"))

@@ -135,3 +135,13 @@ def test_the_key_covers_reads_section_code_and_declared_extras(tmp_path):
     k = stage_key(train, ["t"], run)
     assert stage_key(train, ["t"], dataclasses.replace(run, out_dir="elsewhere", save_every=5, tables={"x": 1})) == k
     assert stage_key(train, ["t"], dataclasses.replace(run, lr_clip=1e-5)) != k
+
+
+def test_every_deployment_names_registry_stages():
+    """prefect.yaml is written by hand: each deployment's stages and force are names of the registry's stages."""
+    import yaml
+
+    for d in yaml.safe_load((REPO / "prefect.yaml").read_text())["deployments"]:
+        params = d.get("parameters", {})
+        for name in [*params.get("stages", []), *params.get("force", [])]:
+            assert name in STAGES, (d["name"], name)

@@ -15,6 +15,7 @@ from flows.catalog import Catalog
 from flows.runner import (STAGE_FILE, Runner, StageLocked, output_lock, read_stage, run_in_folder, stage_done,
                           write_stage)
 from flows.stage import Stage, roots
+from tests_support import without_logging_errors
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,7 +101,7 @@ def test_two_macco_train_into_one_out_dir_the_second_fails_at_once(tmp_path, cap
     holder = hold_lock(tmp_path / ".run.writer.lock", out)
     try:
         assert main(["train", "--config", str(tmp_path / "t.yaml")]) == 2
-        err = capsys.readouterr().err
+        err = without_logging_errors(capsys.readouterr().err)
         assert f"macco train: {out}: another macco process is writing it (pid {holder.pid}" in err
         assert len(err.strip().splitlines()) == 1 and not out.exists()
     finally:
@@ -116,7 +117,7 @@ def test_a_file_where_a_table_goes_is_refused_before_any_work_and_left_alone(wor
     out.mkdir()
     (out / "captions").write_text("my notes")
     assert main(["captions", str(world), "--out", str(out)]) == 2
-    err = capsys.readouterr().err
+    err = without_logging_errors(capsys.readouterr().err)
     assert f"{out / 'captions'}: is a file, not a table folder; refusing to replace it" in err
     assert (out / "captions").read_text() == "my notes"
     assert sorted(p.name for p in out.iterdir()) == ["captions"]
@@ -207,3 +208,16 @@ def test_two_runs_of_a_small_flow_are_byte_identical_and_each_stage_is_served_wh
         declared = {r.rstrip("?") for r in BY_NAME[stage].reads if not r.endswith("?") or r.rstrip("?") in written}
         assert names == declared, stage
     assert set(served) == {"world", "captions", "parse", "ground", "masks", "validate", "train", "evaluate", "report"}
+
+
+def test_a_file_in_the_way_of_a_stage_folder_is_one_line_before_any_work(tmp_path):
+    """`artifacts/world` a regular file: the world stage died on NotADirectoryError inside its temporary folder."""
+    from data_schemas import InputFileError
+
+    calls: list = []
+    art = tmp_path / "art"
+    art.mkdir()
+    (art / "world").write_text("not a folder")
+    with pytest.raises(InputFileError, match=rf"{art / 'world'}: is a file, not a folder"):
+        Runner(art, ["world"], log=lambda line: None).run(counting_stage(calls), {"seed": 0}, Catalog())
+    assert calls == [] and (art / "world").read_text() == "not a folder"

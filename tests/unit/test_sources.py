@@ -167,3 +167,51 @@ def test_shipped_configs_load_with_valid_data_and_train_sections(path):
     cfg = load_config(path)  # the typed tree: every section through its dataclass, every run a TrainConfig
     assert isinstance(cfg, FlowConfig) and isinstance(cfg.data, CaptionsConfig)
     assert cfg.train.runs and all(isinstance(r.config, TrainConfig) for r in cfg.train.runs.values())
+
+
+# ---- hostile or careless inputs (bad input, round 3) ------------------------------------------------------------
+def test_an_image_whose_header_claims_30000_squared_pixels_is_an_error_row_the_rest_kept(tmp_path, capsys):
+    """A 69-byte PNG claiming 30000x30000 aborted the whole source (DecompressionBombError, exit 1, no table)."""
+    from data_schemas import TABLES, read_table
+    from macco.cli import main
+    from tests_support import bomb_png
+
+    Image.new("RGB", (40, 30)).save(tmp_path / "good.png")
+    (tmp_path / "bomb.png").write_bytes(bomb_png())
+    assert len((tmp_path / "bomb.png").read_bytes()) < 100
+    (tmp_path / "d.tsv").write_text("filepath\ttitle\ngood.png\ta red circle\nbomb.png\ta blue square\n")
+    assert main(["captions", str(tmp_path / "d.tsv"), "--source", "csv", "--out", str(tmp_path / "T")]) == 0
+    rows = read_table(TABLES["captions"], tmp_path / "T" / "captions").to_pylist()
+    [e] = read_table(TABLES["errors"], tmp_path / "T" / "errors").to_pylist()
+    assert [r["file_name"] for r in rows] == ["good.png"]
+    assert e["reason"] == "image_too_large" and "900,000,000 pixels" in e["message"] and "bomb.png" in e["message"]
+    good = (tmp_path / "good.png").read_bytes()
+    shard = write_shard(tmp_path / "s.tar", [{"__key__": "a", "png": good, "txt": "a cat"},
+                                              {"__key__": "b", "png": bomb_png(), "txt": "a dog"}])
+    read = read_webdataset_source(str(shard), tmp_path / "store")
+    assert len(read.rows) == 1 and [x["reason"] for x in read.errors] == ["image_too_large"]
+
+
+def test_a_1mb_caption_is_a_caption_too_long_row_not_a_quoting_error(tmp_path):
+    """In a CSV a 1 MB caption became a csv_quoting row blaming a quote (it was csv's field size limit)."""
+    Image.new("RGB", (40, 30)).save(tmp_path / "a.png")
+    long = "a red circle " * 80_000
+    write_csv(tmp_path / "d.tsv", [{"filepath": "a.png", "title": long}, {"filepath": "a.png", "title": "a cat"}])
+    read = read_csv_source(tmp_path / "d.tsv")
+    assert [r["caption"] for r in read.rows] == ["a cat"]
+    [e] = read.errors
+    assert e["reason"] == "caption_too_long" and f"{len(long):,} characters" in e["message"]
+
+
+def test_the_caption_rule_at_the_source_control_characters_and_punctuation(tmp_path):
+    """A NUL in a caption was stored and parsed as an attribute; punctuation-only captions reached the parser."""
+    from pipeline.captions import MAX_CAPTION_CHARS, caption_problem
+
+    Image.new("RGB", (40, 30)).save(tmp_path / "a.png")
+    write_csv(tmp_path / "d.tsv", [{"filepath": "a.png", "title": t} for t in
+                                   ("a red\x00 circle", "... !!", "a cat\ton a mat", "a dog")])
+    read = read_csv_source(tmp_path / "d.tsv")
+    assert [r["caption"] for r in read.rows] == ["a cat\ton a mat", "a dog"]
+    assert [e["reason"] for e in read.errors] == ["control_character", "no_words"]
+    assert "U+0000 at character 5" in read.errors[0]["message"]
+    assert caption_problem("x" * MAX_CAPTION_CHARS) is None and caption_problem("x" * (MAX_CAPTION_CHARS + 1))
