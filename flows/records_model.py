@@ -49,7 +49,7 @@ def _validate(call: Call) -> dict:
 
 
 # ---- train: the base chain, then every run x seed from the base's export --------------------------------------
-TRAIN_UNKEYED = ("tables", "image_root", "pretrained", "resume", "save_every", "out_dir", "progress")
+TRAIN_UNKEYED = ("tables", "image_root", "pretrained", "init_task", "resume", "save_every", "out_dir", "progress")
 
 
 def _train_extras(section) -> list:
@@ -57,7 +57,7 @@ def _train_extras(section) -> list:
     from data_schemas.provenance import file_sha256
 
     return [weights_key(section.pretrained), file_sha256(section.scenes) if section.scenes else None,
-            *folder_key(section.arch)]
+            *folder_key(section.arch), *([weights_key(section.init_task)] if section.init_task else [])]
 
 
 def _train(call: Call) -> dict:

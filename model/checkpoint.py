@@ -36,7 +36,7 @@ class ResumeRefused(ConfigError):
 
 # settings a run may change when it resumes (where its files are, how it logs and saves, where it runs); any other
 # difference between the checkpoint's settings and the run's is another run, refused (never a silent mix)
-RESUME_FREE = ("tables", "image_root", "out_dir", "pretrained", "resume", "save_every", "progress", "device",
+RESUME_FREE = ("tables", "image_root", "out_dir", "pretrained", "init_task", "resume", "save_every", "progress", "device",
                "workers", "log_every", "cpu_keep_freed_memory", "compile", "max_skipped_fraction")
 RUN_FILES = ("checkpoints", "export", "export.pt", "metrics.csv", "summary.json", "config.json", "logs")
 

@@ -38,6 +38,13 @@ def make_optimizer(task, cfg: TrainConfig, device: torch.device) -> torch.optim.
     return torch.optim.AdamW(param_groups(task, cfg), betas=cfg.betas, eps=cfg.eps, fused=fused or None)
 
 
+def schedule(cfg: TrainConfig, total: int):
+    """The run's lr factor: ``warmup_cosine``, or (``schedule: constant``) the warmup then a constant 1."""
+    if cfg.schedule == "constant":
+        return lambda step: min(1.0, (step + 1) / cfg.warmup) if cfg.warmup else 1.0
+    return warmup_cosine(cfg.warmup, total)
+
+
 def warmup_cosine(warmup: int, total: int):
     """lr factor: (step + 1) / warmup during warmup, then cosine to 0 at ``total`` (the reference's cosine_lr)."""
     def f(step: int) -> float:

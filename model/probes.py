@@ -158,12 +158,18 @@ def zero_shot(I: np.ndarray, prompts_T: np.ndarray, types: list[tuple[str, str]]
 # ---- reconstruction --------------------------------------------------------------------------------------
 @torch.no_grad()
 def masked_word_accuracy(task, preprocess, rows: list[dict], image_paths: dict[int, Path], batch_size: int = 256,
-                         device: str = "cpu") -> dict:
+                         device: str = "cpu", classes: dict[int, str] | None = None,
+                         train_rows: list[dict] | None = None) -> dict:
     """The text predictor's accuracy at every masked relation / attribute token of ``rows`` (token-mask rows
-    joined with their caption's image id), each caption masked as in training, against its full image."""
+    joined with their caption's image id), each caption masked as in training, against its full image; split into
+    direction words and filler (``classes``: token id -> direction, ``model.probes_recon``) and, with
+    ``train_rows`` (the training captions' token-mask rows), each beside its image-free level (``image_free``: the
+    captions' bound, ``probes_recon.caption_bound``)."""
     from PIL import Image
 
-    hits = {"relation": [0, 0], "attribute": [0, 0]}
+    from .probes_recon import breakdown, caption_bound
+
+    records: list[tuple[str, int, int]] = []
     for i in range(0, len(rows), batch_size):
         chunk = rows[i:i + batch_size]
         L = len(chunk[0]["token_ids"])
@@ -179,20 +185,22 @@ def masked_word_accuracy(task, preprocess, rows: list[dict], image_paths: dict[i
         for r in chunk:
             with Image.open(image_paths[r["image_id"]]) as im:
                 ims.append(preprocess(im.convert("RGB")))
-        right = task.predicted_words(torch.stack(ims).to(device), texts, mask) == texts[mask]
-        kinds = kind[mask]
-        for name, code in (("relation", 1), ("attribute", 2)):
-            sel = kinds == code
-            hits[name][0] += int(right[sel].sum())
-            hits[name][1] += int(sel.sum())
-    return {f"{k}_acc": (c / n if n else None) for k, (c, n) in hits.items()} | \
-        {f"{k}_n": n for k, (_, n) in hits.items()}
+        pred = task.predicted_words(torch.stack(ims).to(device), texts, mask)
+        records += [("relation" if k == 1 else "attribute", int(t), int(p))
+                    for k, t, p in zip(kind[mask].tolist(), texts[mask].tolist(), pred.tolist())]
+    out = breakdown(records, classes or {})
+    if train_rows is not None:
+        out["image_free"] = breakdown(caption_bound(train_rows, rows), classes or {}) | {
+            "kind": "caption bound: the training captions' most frequent word in the mask's context"}
+    return out
 
 
 # ---- all of it -------------------------------------------------------------------------------------------
-def run_probes(model, preprocess, tokenizer, cfg: ProbeConfig, task=None, mask_rows: list[dict] | None = None) -> dict:
+def run_probes(model, preprocess, tokenizer, cfg: ProbeConfig, task=None, mask_rows: list[dict] | None = None,
+               train_rows: list[dict] | None = None) -> dict:
     """Every probe for one CLIP (``task``: its training task, when it has a text predictor, with the held-out
-    token-mask rows ``mask_rows`` for the reconstruction probe)."""
+    token-mask rows ``mask_rows`` for the reconstruction probe and the training ones ``train_rows`` for its
+    image-free level)."""
     model = model.eval()
     meta, scenes = load_world(cfg.world, cfg.splits)
     G, P = image_features(model, preprocess, [sc["path"] for sc in scenes], cfg.batch_size, cfg.device)
@@ -230,9 +238,20 @@ def run_probes(model, preprocess, tokenizer, cfg: ProbeConfig, task=None, mask_r
     if task is not None and mask_rows:
         paths = {sc["image_id"]: sc["path"] for sc in scenes}
         rows = [r for r in mask_rows if r["image_id"] in paths]
+        from .probes_recon import direction_classes
+
         out["reconstruction"] = masked_word_accuracy(task.eval(), preprocess, rows, paths, cfg.batch_size,
-                                                     cfg.device)
+                                                     cfg.device, direction_classes(tokenizer_encode(tokenizer)),
+                                                     train_rows)
     return out
+
+
+def tokenizer_encode(tokenizer):
+    """``encode`` (word -> ids, no start/end token) of an open_clip tokenizer: the CLIP BPE's own, a Hugging Face
+    tokenizer's without special tokens."""
+    if hasattr(tokenizer, "encode") and hasattr(tokenizer, "bpe"):
+        return tokenizer.encode
+    return lambda word: tokenizer.tokenizer.encode(word, add_special_tokens=False)
 
 
 def held_out_mask_rows(tables: dict[str, str | Path], splits=HELD_OUT) -> list[dict]:
@@ -326,7 +345,8 @@ def probe(model: str, checkpoint: str | None, cfg: ProbeConfig, train_checkpoint
         task, train_cfg = load_training_task(train_checkpoint, cfg.device)
     recon = task is not None and task.cfg.masks_text and tables
     rows = held_out_mask_rows(tables, cfg.splits) if recon else None
-    out = run_probes(enc.model, enc.preprocess, enc.tokenizer, cfg, task if recon else None, rows)
+    train_rows = held_out_mask_rows(tables, ("train",)) if recon else None
+    out = run_probes(enc.model, enc.preprocess, enc.tokenizer, cfg, task if recon else None, rows, train_rows)
     if task is not None and tables and "regions" in tables:
         batch = held_out_batch(task, train_cfg, tables)
         if batch is not None:

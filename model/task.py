@@ -41,12 +41,14 @@ class MaccoConfig:
     loss_weights: LossWeights = field(default_factory=LossWeights)
     mca: bool = TrainConfig.mca  # masked samples as extra contrastive negatives (off: the contrast sees full pairs)
     mir: bool = TrainConfig.mir  # the intra-modal masked-vs-full contrast (off: no MIR term)
+    withhold_image: bool = TrainConfig.withhold_image  # the text predictor reads a zero image (the image-free control)
 
     @classmethod
     def from_train(cls, cfg: TrainConfig) -> "MaccoConfig":
         return cls(mode=cfg.mode, hardneg=cfg.hardneg, text_cross_layers=cfg.text_cross_layers,
                    image_cross_layers=cfg.image_cross_layers, predictor_heads=cfg.predictor_heads,
-                   loss_weights=LossWeights(**cfg.loss_weights), mca=cfg.mca, mir=cfg.mir)
+                   loss_weights=LossWeights(**cfg.loss_weights), mca=cfg.mca, mir=cfg.mir,
+                   withhold_image=cfg.withhold_image)
 
     def __post_init__(self):
         check_choices(self, "macco config")
@@ -265,9 +267,13 @@ class MaccoTask(nn.Module):
 
     def masked_word_features(self, enc: Encoded, text_mask: torch.Tensor) -> torch.Tensor:
         """What the vocabulary head reads at the masked words [n_masked, E] (in the order of
-        ``texts[text_mask]``): the text predictor on the masked text copy and the detached full image."""
-        return self.text_predictor.predict(enc.tm_tok, enc.tm_glob, enc.i_tok.detach(), enc.i_glob.detach(),
-                                           text_mask[:, :enc.text_len], enc.text_count, enc.text_slots)
+        ``texts[text_mask]``): the text predictor on the masked text copy and the detached full image (zeros with
+        ``withhold_image``: the image-free control)."""
+        i_tok, i_glob = enc.i_tok.detach(), enc.i_glob.detach()
+        if self.cfg.withhold_image:
+            i_tok, i_glob = torch.zeros_like(i_tok), torch.zeros_like(i_glob)
+        return self.text_predictor.predict(enc.tm_tok, enc.tm_glob, i_tok, i_glob, text_mask[:, :enc.text_len],
+                                           enc.text_count, enc.text_slots)
 
     @torch.no_grad()
     def predicted_words(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor) -> torch.Tensor:

@@ -112,10 +112,18 @@ def build_task(cfg: TrainConfig, vocab=None, weights_later: bool = False) -> Tra
     mc = MaccoConfig.from_train(cfg)
     large = arch.split("-quickgelu")[0] in ("ViT-B-16", "ViT-L-14")
     task = MaccoTask(clip, mc, large_backbone=large)
+    if cfg.init_task and not weights_later:  # a resumed run reads every weight from its own checkpoint
+        from .factory import weights_file
+
+        with weights_file(cfg.init_task):
+            task.load_state_dict(torch.load(cfg.init_task, map_location="cpu", weights_only=True)["task"])
     if cfg.lock_image:
         # any mode: the pixel term never reaches the image tower (its masked-image query is detached), so a
         # locked tower only stops the contrastive and MIR gradients into it
         for p in clip.visual.parameters():
+            p.requires_grad_(False)
+    if cfg.freeze_towers:  # the predictors learn on the towers as they are (the contrastive terms train nothing)
+        for p in clip.parameters():
             p.requires_grad_(False)
     return task
 
@@ -126,7 +134,7 @@ def setup(cfg: TrainConfig) -> TrainState:
     from torch.utils.data import DataLoader
 
     from .data import EpochBatchSampler, build_samples, collate, image_groups
-    from .optim import make_optimizer, warmup_cosine
+    from .optim import make_optimizer, schedule
 
     rank, world, local_rank = _dist_env()
     if world > 1 and not torch.distributed.is_initialized():
@@ -169,7 +177,7 @@ def setup(cfg: TrainConfig) -> TrainState:
                          f"{world} rank(s)")
 
     opt = make_optimizer(task, cfg, device)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.warmup, total))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(cfg, total))
     precision = cfg.precision if cfg.precision != "auto" else ("fp16" if device.type == "cuda" else "fp32")
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     state = TrainState(cfg, task, task, opt, sched, scaler, device,

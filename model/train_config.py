@@ -34,6 +34,11 @@ class TrainConfig:
     mca: bool = True  # masked samples as extra contrastive negatives (the ablation "macco without MCA": false)
     mir: bool = True  # the intra-modal masked-vs-full term (the ablation "macco without MIR": false)
     lock_image: bool = False  # freeze the image tower (LiT: the text tower learns against a locked image tower)
+    freeze_towers: bool = False  # train only the predictors and mask tokens (both towers and the logit scale frozen)
+    # the text predictor reads a zero image instead of the image's features: the image-free control of the
+    # masked-word probe (what the words around a mask alone give)
+    withhold_image: bool = False
+    init_task: str | None = None  # a training checkpoint whose task (CLIP, predictors, mask tokens) starts the run
     scenes: str | None = None  # mode scene: the world's scenes_<split>.json (default: image_root/scenes_<split>.json)
     loss_weights: dict = field(default_factory=lambda: asdict(LossWeights()))
     text_cross_layers: int | None = None
@@ -50,6 +55,7 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     warmup: int = 50
+    schedule: Literal["cosine", "constant"] = "cosine"  # after the warmup: cosine to 0 (the reference's), or constant
     logit_scale_group: Literal["predictor", "clip"] = "predictor"  # predictor: the reference's
     # auto: on CUDA fp16 autocast + GradScaler, the reference's (the masked negatives differ from the full
     # ones by small logit gaps: bf16's MCA+MIR gradient error was 8x fp16's), fp32 on CPU | fp32 | bf16 | fp16

@@ -80,7 +80,10 @@ def _probe_section(results: dict[str, list[dict]]) -> list[str]:
             "colour's centre; pair direction: the read-outs order a held-out left/above pair correctly. Text: "
             "mean cosine of a caption with its subject/object swap and its attribute swap (1.0 = the swap is "
             "invisible); relation direction: a logistic probe on the text embedding (bag of words: 50 %). "
-            "Recon: the text predictor's masked-word accuracy on held-out captions. Retrieval and zero-shot: "
+            "Recon: the text predictor's masked-word accuracy on held-out captions; direction words: left / right "
+            "/ above / below with synonyms merged, filler: the other relation tokens; image-free: what the captions "
+            "alone give (the training captions' most frequent word in the mask's context), so only accuracy above "
+            "it can come from the image. Retrieval and zero-shot: "
             "the test split. grad: the norm of each weighted loss term's gradient over a tower's parameters, on "
             "one held-out batch of 128 at the end of training."]
 
@@ -193,7 +196,13 @@ PROBE_ROWS = [
     ("text: bigram shift, word tokens %", ("text", "bigram_shift_tokens_acc"), "pct"),
     ("text: bigram shift, EOT %", ("text", "bigram_shift_eot_acc"), "pct"),
     ("recon: relation words %", ("reconstruction", "relation_acc"), "pct"),
+    ("recon: relation words, image-free %", ("reconstruction", "image_free", "relation_acc"), "pct"),
+    ("recon: direction words %", ("reconstruction", "direction_acc"), "pct"),
+    ("recon: direction words, image-free %", ("reconstruction", "image_free", "direction_acc"), "pct"),
+    ("recon: filler words %", ("reconstruction", "filler_acc"), "pct"),
+    ("recon: filler words, image-free %", ("reconstruction", "image_free", "filler_acc"), "pct"),
     ("recon: attribute words %", ("reconstruction", "attribute_acc"), "pct"),
+    ("recon: attribute words, image-free %", ("reconstruction", "image_free", "attribute_acc"), "pct"),
     ("retrieval i→t R@1 %", ("retrieval", "i2t_r1"), "pct"),
     ("retrieval t→i R@1 %", ("retrieval", "t2i_r1"), "pct"),
     ("zero-shot top-1 %", ("zeroshot_top1",), "pct"),

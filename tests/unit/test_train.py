@@ -371,3 +371,42 @@ def test_gradient_accumulation_averages_the_micro_batches(world, world_tables, t
     assert {k: pytest.approx(float(v), rel=1e-5) for k, v in terms.items()} == want_terms
     for want, got in zip(want_grads, seen["grads"]):
         torch.testing.assert_close(got if got is not None else torch.zeros_like(want), want, rtol=1e-4, atol=1e-6)
+
+
+def test_predictors_only_on_frozen_towers_then_a_joint_run_from_that_checkpoint(world, world_tables, tmp_path):
+    """The gated experiment's two phases: predictors trained on frozen towers at a constant lr, then a joint run
+    whose task (towers, predictors, mask tokens) starts from that checkpoint."""
+    from model.optim import schedule
+
+    frozen = train(cfg_for(world, world_tables, tmp_path / "p", max_steps=3, freeze_towers=True, schedule="constant",
+                           warmup=1, save_every=1))
+    first = torch.load(tmp_path / "p" / "checkpoints" / "step-0000001.pt", weights_only=True)["task"]
+    start = torch.load(tmp_path / "p" / "checkpoints" / "step-0000003.pt", weights_only=True)["task"]
+    clip_keys = [k for k in start if k.startswith("clip.")]
+    assert clip_keys and all(torch.equal(start[k], first[k]) for k in clip_keys)  # towers (and logit scale) frozen
+    assert not all(torch.equal(start[k], first[k]) for k in start if "predictor" in k)  # the predictors learn
+    assert frozen["history"][-1]["lr_predictor"] == pytest.approx(1e-3)  # constant, no cosine tail
+    assert [schedule(load_config(None, ["schedule=constant", "warmup=2"]), 10)(s) for s in (0, 1, 5, 9)] == \
+        [0.5, 1.0, 1.0, 1.0]
+    joint = cfg_for(world, world_tables, tmp_path / "j", max_steps=1, init_task=str(tmp_path / "p" / "checkpoints" /
+                                                                                   "step-0000003.pt"))
+    from model.train import build_task
+
+    task = build_task(joint)
+    loaded = task.state_dict()
+    assert all(torch.equal(loaded[k], start[k]) for k in start if "predictor" in k or "mask_token" in k)
+
+
+def test_a_withheld_image_leaves_the_text_term_blind_to_the_image():
+    """The image-free control: the text predictor reads zeros where the image's features were."""
+    import ddp_support as ds
+
+    torch.manual_seed(0)
+    task = ds.make_task({"mode": "text-only", "withhold_image": True}).eval()
+    batch = ds.make_batch()
+    other = {**batch, "image": torch.randn_like(batch["image"])}
+    a, b = task(batch, stats=False), task(other, stats=False)
+    assert a["text_reconstruction_loss"].item() == pytest.approx(b["text_reconstruction_loss"].item(), abs=1e-6)
+    sighted = ds.make_task({"mode": "text-only"}).eval()
+    assert sighted(batch, stats=False)["text_reconstruction_loss"].item() != pytest.approx(
+        sighted(other, stats=False)["text_reconstruction_loss"].item(), abs=1e-6)
