@@ -15,7 +15,7 @@ export PREFECT_HOME ?= $(CURDIR)/.prefect
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo demo-full demo-siglip test test-fast bench gpu-wheels install server worker deploy clean
+.PHONY: demo demo-full demo-siglip test test-fast bench docs gpu-wheels install server worker deploy clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ test-fast: $(DEPS_STAMP)
 
 bench: $(DEPS_STAMP)
 	$(PY) bench/run_all.py
+
+# The documentation site (mkdocs.yml, docs/): strict, so a broken link or anchor fails; docs/cli.md is generated.
+docs: $(DEPS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # What the GPU run carries (bench/gpu/README.md): the py3.12 manylinux wheels of bench/gpu/wheels.txt and the
 # e2e section's prepared world, into bench/gpu/.carry (ignored). On the lent machine: bash bench/gpu/run.sh

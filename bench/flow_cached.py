@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main() -> dict:
     with tempfile.TemporaryDirectory() as d:
-        cfg = yaml.safe_load((REPO / "tests" / "data" / "tiny_pipeline.yaml").read_text())
+        cfg = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
         cfg["artifacts"] = str(Path(d) / "artifacts")
         path = Path(d) / "tiny.yaml"
         path.write_text(yaml.safe_dump(cfg))

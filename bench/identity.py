@@ -1,5 +1,5 @@
 """Behaviour fingerprint of the code in the current directory (for refactors that must change nothing): the tiny
-pipeline (tests/data/tiny_pipeline.yaml) run end to end into ARTIFACTS, then every table's content hash, every
+pipeline (configs/tiny.yaml) run end to end into ARTIFACTS, then every table's content hash, every
 training export's sha256, every evaluation's scores (results.json without times and ids), and the loss terms and
 gradient norms of one step of every training mode on a fixed batch. Run it from the root of a checkout of each of
 two commits (the code comes from the current directory, here and in any subprocess) and diff the JSON:
@@ -70,7 +70,7 @@ def step_terms(root: Path) -> dict:
 def main(artifacts: str) -> dict:
     os.environ.setdefault("PREFECT_HOME", str(Path(artifacts).resolve() / ".prefect-home"))
     os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(Path(artifacts).resolve() / ".results"))
-    cfg = yaml.safe_load(Path("tests/data/tiny_pipeline.yaml").read_text())
+    cfg = yaml.safe_load(Path("configs/tiny.yaml").read_text())
     cfg["artifacts"] = str(Path(artifacts).resolve())
     Path(artifacts).mkdir(parents=True, exist_ok=True)
     conf = Path(artifacts) / "tiny.yaml"

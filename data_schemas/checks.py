@@ -51,12 +51,22 @@ def _sql_list(files: list[Path]) -> str:
     return "[" + ", ".join("'" + str(Path(f).resolve()).replace("'", "''") + "'" for f in files) + "]"
 
 
-def _spec_of(name: str, d) -> TableSpec:
-    """The spec a table directory is read with: its own schema version's (``eval_results`` version 1 too)."""
-    from .eval_results import LEGACY_SPEC
+def _version_of(name: str, d) -> int | None:
+    """An ``eval_results`` table's schema version when it is an earlier one (``eval_results.LEGACY``), else None."""
+    from .eval_results import LEGACY
 
-    legacy = name == "eval_results" and int(read_manifest(d, name).get("schema_version", -1)) == LEGACY_SPEC.version
-    return LEGACY_SPEC if legacy else TABLES[name]
+    if name != "eval_results":
+        return None
+    version = int(read_manifest(d, name).get("schema_version", -1))
+    return version if version in LEGACY else None
+
+
+def _spec_of(name: str, d) -> TableSpec:
+    """The spec a table directory is read with: its own schema version's (``eval_results`` versions 1, 2 too)."""
+    from .eval_results import LEGACY
+
+    version = _version_of(name, d)
+    return LEGACY[version][0] if version is not None else TABLES[name]
 
 
 def parquet_listing(name: str, paths: str | Path | list) -> str:
@@ -66,16 +76,19 @@ def parquet_listing(name: str, paths: str | Path | list) -> str:
 
 def view_sql(name: str, paths: str | Path | list) -> str:
     """The select a table's view runs: its validated part files; for ``eval_results`` also the tables written
-    in schema version 1, mapped onto the current columns (the history keeps every row)."""
+    in an earlier schema version, mapped onto the current columns (the history keeps every row)."""
     if name != "eval_results":
         return f"select * from read_parquet({parquet_listing(name, paths)})"
-    from .eval_results import legacy_select
+    from .eval_results import LEGACY
 
-    current = [d for d in _dirs(paths) if _spec_of(name, d) is TABLES[name]]
-    old = [d for d in _dirs(paths) if d not in current]
-    selects = [f"select * from read_parquet({parquet_listing(name, current)})"] if current else []
-    if old:
-        selects.append(legacy_select(_sql_list([f for d in old for f in table_files(_spec_of(name, d), d)])))
+    by_version: dict = {}
+    for d in _dirs(paths):
+        by_version.setdefault(_version_of(name, d), []).append(d)
+    selects = [f"select * from read_parquet({parquet_listing(name, by_version.pop(None))})"] \
+        if None in by_version else []
+    for version, dirs in sorted(by_version.items()):
+        spec, select, _ = LEGACY[version]
+        selects.append(select(_sql_list([f for d in dirs for f in table_files(spec, d)])))
     return " union all by name ".join(selects)
 
 

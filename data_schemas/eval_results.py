@@ -1,14 +1,16 @@
-"""Table ``eval_results``: the evaluation history, one row per benchmark subset of one evaluation.
+"""Table ``eval_results``: the evaluation history, one row per benchmark subset (``level`` subset) and per report
+group (``level`` group: the averages the report shows) of one evaluation.
 
 The table is append-only (``data_schemas.append_table``): every evaluation adds one part, one ``eval_id`` shared
 by its rows, and nothing replaces earlier rows. A row names what was evaluated and how, so runs can be told
 apart and compared over time: ``run`` (the flow's run name, e.g. ``macco-s0``, or the user's label), the
 checkpoint's sha256, ``config_key`` (a hash of every evaluation setting), ``protocol`` / ``activation``, the
-evaluation code's version and ``created`` (UTC, microseconds).
+evaluation code's version, ``created`` (a UTC timestamp, microseconds) and ``trigger`` (what made it: ``macco eval``,
+or the flow run and its deployment, e.g. the nightly ``reevaluate``).
 
-Schema version 1 (before the history: no eval_id, run, config_key, protocol, activation, code_version) is still
-read: ``LEGACY_SPEC`` checks its files and ``legacy_select`` maps its rows onto this schema (``run`` = its
-``model_id``); ``upgrade_v1`` does the same in Arrow when a version-1 table is appended to.
+Earlier schema versions are still read: version 1 (before the history: no eval_id, run, config_key, protocol,
+activation, code_version) and version 2 (``created`` a string, no ``level`` nor ``trigger``). ``LEGACY`` holds, per
+version, its spec, the DuckDB select mapping its rows onto this schema, and the Arrow upgrade an append runs first.
 """
 import pyarrow as pa
 
@@ -18,9 +20,10 @@ SCHEMA = pa.schema([
     pa.field("eval_id", pa.string(), nullable=False),  # one per evaluation (a uuid), shared by its rows
     pa.field("run", pa.string(), nullable=False),  # base, clip-ft-s0, macco-s0, or the user's --run label
     pa.field("benchmark", pa.string(), nullable=False),
-    pa.field("subset", pa.string(), nullable=False),
+    pa.field("level", pa.string(), nullable=False),  # subset (a file / subset of the benchmark) | group (its average)
+    pa.field("subset", pa.string(), nullable=False),  # the subset's name, or the group's (level group)
     pa.field("model_id", pa.string(), nullable=False),  # the architecture / local-dir model evaluated
-    pa.field("n", pa.int64(), nullable=False),
+    pa.field("n", pa.int64(), nullable=False),  # cases scored (a group: the cases it pools, where known)
     pa.field("correct", pa.int64(), nullable=False),
     pa.field("accuracy", pa.float64()),
     pa.field("ties", pa.int64(), nullable=False),
@@ -31,36 +34,69 @@ SCHEMA = pa.schema([
     pa.field("protocol", pa.string(), nullable=False),
     pa.field("activation", pa.string(), nullable=False),
     pa.field("code_version", pa.string(), nullable=False),  # the evaluation code's version
-    pa.field("created", pa.string(), nullable=False),  # UTC, e.g. 2026-12-03T04:05:06.123456Z
+    pa.field("created", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("trigger", pa.string(), nullable=False),  # macco eval | flow run <name> [deployment <name>]
 ])
 
 CHECKS = (
     Check("eval_results.key_unique",
-          "select eval_id, benchmark, subset, count(*) as n from eval_results group by all having n > 1"),
+          "select eval_id, benchmark, level, subset, count(*) as n from eval_results group by all having n > 1"),
     Check("eval_results.accuracy_in_unit_interval",
           "select * from eval_results where accuracy < 0 or accuracy > 1 or isnan(accuracy)"),
     Check("eval_results.counts_consistent", "select * from eval_results where correct > n or ties > n or n < 0"),
+    Check("eval_results.level_valid", "select * from eval_results where level not in ('subset', 'group')"),
 )
 
-SPEC = TableSpec("eval_results", SCHEMA, ("eval_id", "benchmark", "subset"), 2, CHECKS)
+SPEC = TableSpec("eval_results", SCHEMA, ("eval_id", "benchmark", "level", "subset"), 3, CHECKS)
 
-# ---- version 1 (before the history) -----------------------------------------------------------------------
-V1_SCHEMA = pa.schema([f for f in SCHEMA if f.name not in (
+# ---- earlier versions --------------------------------------------------------------------------------------------
+_V2_DROPPED = ("level", "trigger")
+V2_SCHEMA = pa.schema([f if f.name != "created" else pa.field("created", pa.string(), nullable=False)
+                       for f in SCHEMA if f.name not in _V2_DROPPED])
+V2_SPEC = TableSpec("eval_results", V2_SCHEMA, ("eval_id", "benchmark", "subset"), 2)
+V1_SCHEMA = pa.schema([f for f in V2_SCHEMA if f.name not in (
     "eval_id", "run", "config_key", "protocol", "activation", "code_version")])
 LEGACY_SPEC = TableSpec("eval_results", V1_SCHEMA, ("benchmark", "subset", "model_id", "created"), 1)
+
+_CREATED = "cast(created as timestamptz) as created"  # the string '2026-12-03T04:05:06.123456Z' as a timestamp
+
+
+def select_v2(files_sql: str) -> str:
+    """A DuckDB select over version-2 part files (an SQL list literal) with this schema's columns."""
+    return (f"select eval_id, run, benchmark, 'subset' as level, subset, model_id, n, correct, accuracy, ties, "
+            f"missing_images, checkpoint_sha256, config, config_key, protocol, activation, code_version, {_CREATED}, "
+            f"'' as trigger from read_parquet({files_sql})")
 
 
 def legacy_select(files_sql: str) -> str:
     """A DuckDB select over version-1 part files (an SQL list literal) with this schema's columns."""
     return (f"select md5(model_id || '|' || checkpoint_sha256 || '|' || created) as eval_id, model_id as run, "
-            f"benchmark, subset, model_id, n, correct, accuracy, ties, missing_images, checkpoint_sha256, config, "
-            f"'' as config_key, coalesce(json_extract_string(config, '$.protocol'), '') as protocol, "
-            f"coalesce(json_extract_string(config, '$.activation'), '') as activation, 'v1' as code_version, created "
-            f"from read_parquet({files_sql})")
+            f"benchmark, 'subset' as level, subset, model_id, n, correct, accuracy, ties, missing_images, "
+            f"checkpoint_sha256, config, '' as config_key, coalesce(json_extract_string(config, '$.protocol'), '') "
+            f"as protocol, coalesce(json_extract_string(config, '$.activation'), '') as activation, 'v1' as "
+            f"code_version, {_CREATED}, '' as trigger from read_parquet({files_sql})")
+
+
+def parse_created(text: str):
+    """A version-1/2 ``created`` string as the timestamp this schema stores."""
+    from datetime import datetime, timezone
+
+    for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return datetime.strptime(text, fmt).replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+    return datetime.fromisoformat(text)
+
+
+def upgrade_v2(table: pa.Table) -> pa.Table:
+    """Version-2 rows as version-3 rows (the same mapping as ``select_v2``)."""
+    return SPEC.from_rows([{**r, "level": "subset", "trigger": "", "created": parse_created(r["created"])}
+                           for r in table.to_pylist()])
 
 
 def upgrade_v1(table: pa.Table) -> pa.Table:
-    """Version-1 rows as version-2 rows (the same mapping as ``legacy_select``)."""
+    """Version-1 rows as version-3 rows (the same mapping as ``legacy_select``)."""
     import hashlib
     import json
 
@@ -70,5 +106,9 @@ def upgrade_v1(table: pa.Table) -> pa.Table:
         key = f"{r['model_id']}|{r['checkpoint_sha256']}|{r['created']}"
         rows.append({**r, "eval_id": hashlib.md5(key.encode()).hexdigest(), "run": r["model_id"], "config_key": "",
                      "protocol": str(conf.get("protocol") or ""), "activation": str(conf.get("activation") or ""),
-                     "code_version": "v1"})
+                     "code_version": "v1", "level": "subset", "trigger": "", "created": parse_created(r["created"])})
     return SPEC.from_rows(rows)
+
+
+# version -> (its spec, the select reading its parts as this schema's rows, the upgrade of its rows)
+LEGACY = {1: (LEGACY_SPEC, legacy_select, upgrade_v1), 2: (V2_SPEC, select_v2, upgrade_v2)}

@@ -99,20 +99,23 @@ def train_plan(data: dict) -> TrainPlan:
 class EvaluatePlan:
     """``evaluate``: which benchmarks (``all`` or names) on which roots (none: the synthetic world's own sets),
     which models, the probes on the world, the paired tests' control, and the evaluation ``settings``
-    (``EvalConfig``; model, weights and roots are each run's). ``partial_given``: whether the config set
-    ``settings.allow_partial`` (else the world's sets, a few files of each benchmark, allow partial groups)."""
+    (``EvalConfig``; model, weights and roots are each run's). ``given``: the settings the config set (on the
+    synthetic world the others take the world's values, ``protocols.WORLD_SETTINGS``)."""
     benchmarks: tuple[str, ...] | None = None  # None: all
     roots: dict[str, str] = field(default_factory=dict)
     settings: EvalConfig = field(default_factory=EvalConfig)
     models: tuple[str, ...] | None = None  # None: all
     probes: bool = True
     control: str = "clip-ft"
-    partial_given: bool = False
+    given: tuple[str, ...] = ()
 
     def eval_config(self, roots: dict[str, str], world_run: bool) -> EvalConfig:
-        """The settings for one evaluation: these ``roots``; on the synthetic world partial groups by default."""
-        partial = self.settings.allow_partial if self.partial_given or not world_run else True
-        return dataclasses.replace(self.settings, roots=dict(roots), allow_partial=partial)
+        """The settings for one evaluation: these ``roots``; on the synthetic world its own settings where the config
+        gives none (``protocols.WORLD_SETTINGS``: small VG-A groups, partial groups)."""
+        from model.benchmarks.protocols import WORLD_SETTINGS
+
+        world = {k: v for k, v in WORLD_SETTINGS.items() if k not in self.given} if world_run else {}
+        return dataclasses.replace(self.settings, roots=dict(roots), **world)
 
 
 EVALUATE_KEYS = ("benchmarks", "roots", "settings", "models", "probes", "control")
@@ -146,7 +149,7 @@ def evaluate_plan(data: dict) -> EvaluatePlan:
     plain = from_dict(EvaluatePlan, {k: data[k] for k in ("probes", "control") if k in data}, "config evaluate")
     return dataclasses.replace(plain, benchmarks=lists["benchmarks"], models=lists["models"], roots=dict(roots),
                                settings=from_dict(EvalConfig, settings, "config evaluate.settings"),
-                               partial_given="allow_partial" in settings)
+                               given=tuple(sorted(settings)))
 
 
 @dataclass

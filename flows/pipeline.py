@@ -13,15 +13,11 @@ import errno
 from prefect import flow, get_run_logger
 from prefect.states import Failed
 
-from data_schemas import InputFileError
 from data_schemas.config import ConfigError
 from flows.config import load_config
-from flows.runner import Runner, StageLocked, StageMissing  # noqa: F401 (API: what a run fails with)
+from flows.runner import USER_ERRORS, Runner, StageLocked, StageMissing  # noqa: F401 (API: what a run fails with)
 from flows.tasks import PrefectExecutor
 
-# what a run fails with as one line (the flow run's message; `macco run` prints it, exit 2): the user's input,
-# config or artifacts, not a bug
-USER_ERRORS = (InputFileError, ConfigError, FileNotFoundError)
 USER_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}  # a read-only or full disk
 
 

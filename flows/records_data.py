@@ -121,7 +121,8 @@ def _parse_tables(call: Call, **kw) -> dict:
         official = call.inputs.rows("official")
     # content-keyed output (the flow): a complete output is kept; a verb's folder is rewritten
     return parse_stage(cfg, call.inputs.rows("captions"), call.out, reuse=bool(call.key),
-                       inputs=call.inputs.hash("captions") if call.key else None, official=official, **kw)
+                       inputs=call.inputs.hash("captions") if call.key else None, official=official,
+                       progress=call.progress, **kw)
 
 
 def _parse(call: Call) -> dict:
@@ -177,7 +178,8 @@ def _ground_tables(call: Call, **kw) -> dict:
     caps, sg, instances, official = ground_inputs(call)
     # the flow's key covers the captions, the scene graphs, the images and instances and the weights
     return ground_stage(call.section, caps, sg, call.inputs.image_root, call.out, instances=instances,
-                        official=official, reuse=bool(call.key), inputs=call.key or None, **kw)
+                        official=official, reuse=bool(call.key), inputs=call.key or None, progress=call.progress,
+                        **kw)
 
 
 def _ground(call: Call) -> dict:

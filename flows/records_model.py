@@ -182,7 +182,7 @@ def _evaluate(call: Call) -> dict:
                                        run.get("checkpoint"), probe["tables"])
         replace_file(results, lambda tmp: tmp.write_text(json.dumps(res, indent=2, default=str)))
     history = call.extra["history"]
-    append_results(history, res, cfg)
+    append_results(history, res, cfg, call.extra.get("trigger", "macco run (in-process)"))
     groups = {b: {k: round(v, 4) for k, v in r["groups"].items() if isinstance(v, float)}
               for b, r in res["benchmarks"].items()}
     call.log(f"evaluate {call.label}: {groups} (eval_id {res['eval_id']}, appended to {history})")
@@ -245,7 +245,7 @@ STAGES = (
     Stage("train", "train", (*TRAINING_TABLES, "images"), ("runs",), roots("model.train"), _train,
           after=("validation",), extras=_train_extras, unkeyed=TRAIN_UNKEYED, drive=_drive_train),
     Stage("evaluate", "evaluate", ("runs", "source?", *TRAINING_TABLES, "images"), ("evaluations",), _evaluate_code,
-          _evaluate, unkeyed=("models", "control", "partial_given"), drive=_drive_evaluate),
+          _evaluate, unkeyed=("models", "control", "given"), drive=_drive_evaluate),
     Stage("report", "evaluate", ("evaluations",), ("report",), roots("pipeline.report"), _report,
           drive=_drive_report, cached=False),
 )

@@ -34,6 +34,9 @@ from flows.registry import BY_NAME, ORDER, STAGES
 from flows.stage import Call, Stage, _print, stage_key
 
 STAGE_FILE = "stage.json"
+# what a run fails with as one line: the user's input, config or artifacts, not a bug (the flow run's message;
+# `macco run` prints it, exit 2)
+USER_ERRORS = (InputFileError, ConfigError, FileNotFoundError)
 
 
 class StageMissing(InputFileError):
@@ -186,6 +189,8 @@ class Runner:
             raise ConfigError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
         self.art, self.stages, self.force = Path(artifacts), stages, force
         self.executor, self.log = executor or LocalExecutor(), log
+        self.cfg = None  # the flow config of run_dag (which stages run at all)
+        self.spent: dict[str, float] = {}  # seconds each stage ran in this run (not read back)
 
     def needed(self, stage: str) -> bool:
         """Whether ``stage`` or anything after it is selected (otherwise the flow ends before it)."""
@@ -201,9 +206,13 @@ class Runner:
         if stage not in self.stages:
             if stage_done(out, self.log):
                 return False, False
+            first = min(STAGES.index(s) for s in self.stages)
+            also = [s for s in STAGES[STAGES.index(stage) + 1:first]  # not selected, and they need this one
+                    if self.cfg is None or BY_NAME[s].when is None or BY_NAME[s].when(self.cfg)]
+            more = f" (and the stages after it that are not selected: {', '.join(also)})" if also else ""
             raise StageMissing(f"stage {stage!r} is not selected and has no complete output at {out}: the selected "
-                               f"stages {self.stages} need it; run it first (stages=[{stage!r}, ...], or the full "
-                               "deployment)")
+                               f"stages {self.stages} need it{more}; run them first (stages=[{stage!r}, ...], or "
+                               "the full deployment)")
         if stage in self.force and out.exists():
             shutil.rmtree(out)
         elif (out / STAGE_FILE).exists() and not stage_done(out, self.log):
@@ -220,25 +229,65 @@ class Runner:
         call = Call(section, inputs, out, key, log=self.log, label=label, extra=extra or {})
         check_writable(out)  # before any work (a read-only artifacts folder: one line, nothing computed)
         with output_lock(self.art / ".locks" / f"{out.parent.name}-{out.name}.lock", out):
-            if not stage.cached:
-                check_writable(out)
-                return self.executor.execute(stage, call, True)
+            if not stage.cached:  # written every time (the report)
+                t0 = time.perf_counter()
+                m = self.executor.execute(stage, call, True)
+                self.spent[stage.name] = self.spent.get(stage.name, 0.0) + time.perf_counter() - t0
+                return m
             run, refresh = self.prepare(stage.name, out)
             if not run:
                 return read_stage(out)
-            return self.executor.execute(stage, call, refresh)
+            t0 = time.perf_counter()
+            m = self.executor.execute(stage, call, refresh)
+            if refresh:  # it ran (a read-back costs nothing: not a timing)
+                self.spent[stage.name] = self.spent.get(stage.name, 0.0) + time.perf_counter() - t0
+            return m
 
     def run_dag(self, cfg) -> dict:
         """Every stage in order (``flows.registry.ORDER``) up to the last selected one."""
-        plan = Plan(cfg)
+        plan, self.cfg = Plan(cfg), cfg
+        todo = [s.name for s in ORDER if self.needed(s.name) and (s.when is None or s.when(cfg))]
         for stage in ORDER:
             if not self.needed(stage.name):
                 break
             if stage.when is not None and not stage.when(plan.cfg):
                 continue
+            self.log(self._eta(todo, stage.name))
             result = (stage.drive or _drive_once)(stage, plan, self)
             plan.out[stage.name] = result
+        self._save_times()
+        from pipeline.inspection import refresh_duckdb
+
+        refresh_duckdb(self.art)  # macco inspect's macco.duckdb shows the tables and history as they are now
         return plan.out
+
+    def _eta(self, todo: list[str], stage: str) -> str:
+        """``pipeline: stage k/N (name)``, with the time the stages left took the last time they ran (where known)."""
+        left = todo[todo.index(stage):]
+        last = _times(self.art)
+        known = sum(last.get(s, 0.0) for s in left)
+        unknown = [s for s in left if s not in last]
+        eta = f"; the stages left took {known / 60:.1f} min the last time they ran" if known else ""
+        note = f" (never timed here: {', '.join(unknown)})" if unknown and known else ""
+        return f"pipeline: stage {todo.index(stage) + 1}/{len(todo)} ({stage}){eta}{note}; finished ones come back Cached"
+
+
+    def _save_times(self) -> None:
+        if self.spent:
+            self.art.mkdir(parents=True, exist_ok=True)
+            times = {**_times(self.art), **{k: round(v, 1) for k, v in self.spent.items()}}
+            replace_file(self.art / TIMES_FILE, lambda tmp: tmp.write_text(json.dumps(times, indent=1, sort_keys=True)))
+
+
+TIMES_FILE = ".stage_times.json"  # under the artifacts root: each stage's seconds the last time it ran
+
+
+def _times(art: Path) -> dict[str, float]:
+    try:
+        data = json.loads((art / TIMES_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: float(v) for k, v in data.items() if isinstance(v, (int, float))} if isinstance(data, dict) else {}
 
 
 def _drive_once(stage: Stage, plan: Plan, runner: Runner) -> dict:
@@ -259,17 +308,20 @@ def _drive_once(stage: Stage, plan: Plan, runner: Runner) -> dict:
 # ---- a verb: one stage into the user's folder ----------------------------------------------------------------------
 def run_in_folder(stage: str, section: Any, inputs: Catalog, out: str | Path | None, *,
                   log: Callable[[str], None] = _print, label: str = "", extra: dict | None = None,
-                  on_row: Callable[[dict], None] | None = None) -> dict:
+                  on_row: Callable[[dict], None] | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> dict:
     """A ``macco`` verb's run of ``stage`` into ``out`` (the folder it was given): the same record's work and input
     checks as the flow, its outputs checked and locked first (a second writer of one of its tables fails at once;
     the shared errors table is written under its own lock), no key, no cache. Returns the record's manifest fields."""
     record = BY_NAME[stage]
     if out is None:  # a stage that writes nothing for a verb (validate prints its checks)
-        return record.run(Call(section, inputs, Path(), "", log=log, on_row=on_row, label=label, extra=extra or {}))
+        return record.run(Call(section, inputs, Path(), "", log=log, on_row=on_row, progress=progress, label=label,
+                               extra=extra or {}))
     out = Path(out)
     targets = check_outputs(record, out)
     with ExitStack() as stack:  # the lock files sit beside the output folder (nothing is created in it first)
         for t in targets:
             name = f".{out.name}.writer.lock" if t == out else f".{out.name}.{t.name}.writer.lock"
             stack.enter_context(output_lock(out.parent / name, t))
-        return record.run(Call(section, inputs, out, "", log=log, on_row=on_row, label=label, extra=extra or {}))
+        return record.run(Call(section, inputs, out, "", log=log, on_row=on_row, progress=progress, label=label,
+                               extra=extra or {}))

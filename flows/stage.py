@@ -26,13 +26,15 @@ def _print(line: str) -> None:
 class Call:
     """One run of a stage: its typed section, the catalog of what it reads, its output folder, its key (empty for
     a verb writing into a user's folder), how it reports (``log``: a line; ``on_row``: a training log row),
-    ``label`` (a run's name: train and evaluate run once per model) and ``mapped`` (its shards ran already)."""
+    ``label`` (a run's name: train and evaluate run once per model), ``progress`` (shards done, for a verb's bar)
+    and ``mapped`` (its shards ran already)."""
     section: Any
     inputs: Catalog
     out: Path
     key: str = ""
     log: Callable[[str], None] = _print
     on_row: Callable[[dict], None] | None = None
+    progress: Callable[[int, int], None] | None = None  # (done, total) of a sharded stage's shards (a verb's bar)
     label: str = ""
     mapped: bool = False
     extra: dict = field(default_factory=dict)  # what a driver hands the work beyond the section (e.g. a run)

@@ -14,7 +14,18 @@ from prefect.artifacts import (create_markdown_artifact, create_progress_artifac
 
 from flows.registry import BY_NAME
 from flows.stage import Call, Stage
-from flows.runner import complete
+from flows.runner import USER_ERRORS, complete
+
+
+def user_failure(exc: Exception):
+    """A task's failure on the user's input (a bad table, a failed check, a config error): a Failed state whose
+    message is the error's one line (the flow raises ``exc`` from it, and fails with that line), never an engine
+    traceback in the log."""
+    from prefect.states import Failed
+
+    line = " ".join(str(exc).split())
+    get_run_logger().error("%s", line)
+    return Failed(message=line, data=exc)
 
 
 def _key_fn(ctx, params) -> str:
@@ -67,7 +78,9 @@ def stage_task(name: str, run_name: str, call: Call, key: str) -> dict:
         m = complete(BY_NAME[name], call)
     except ValidationFailed as exc:  # the check table is shown for a failed gate too
         _publish_checks(exc.results)
-        raise
+        return user_failure(exc)
+    except USER_ERRORS as exc:
+        return user_failure(exc)
     if name == "validate" and "checks" in m:
         from data_schemas.checks import CheckResult
 
@@ -79,7 +92,10 @@ def stage_task(name: str, run_name: str, call: Call, key: str) -> dict:
 @cached_task(name="stage-shard", task_run_name="{name}-shard-{shard}")
 def shard_task(name: str, call: Call, shard: int, key: str) -> int:
     """One shard of a sharded stage (its Parquet part survives a kill; ``stage_task`` then publishes)."""
-    BY_NAME[name].run_shard(call, shard)
+    try:
+        BY_NAME[name].run_shard(call, shard)
+    except USER_ERRORS as exc:
+        return user_failure(exc)
     return shard
 
 
@@ -93,6 +109,14 @@ def report_task(run_name: str, call: Call) -> dict:
     return rep
 
 
+def run_trigger() -> str:
+    """What started this evaluation: the flow run's name and its deployment (a scheduled ``reevaluate`` names it)."""
+    from prefect.runtime import deployment, flow_run
+
+    name = f"flow run {flow_run.name}" if flow_run.name else "flow run"
+    return f"{name}, deployment {deployment.name}" if deployment.name else name
+
+
 class PrefectExecutor:
     """Runs a stage as Prefect tasks: its shards mapped over the flow's task runner, then its task."""
 
@@ -104,6 +128,8 @@ class PrefectExecutor:
             call.mapped = True
         elif stage.shards is not None:
             call.mapped = True  # a Cached stage: its task reads back what its shards made
+        if stage.name == "evaluate":  # the history tells a scheduled re-evaluation from a manual run
+            call.extra["trigger"] = run_trigger()
         run_name = f"{stage.name}-{call.label}" if call.label else stage.name
         t = stage_task.with_options(refresh_cache=True) if refresh else stage_task
         return t(stage.name, run_name, call, call.key)

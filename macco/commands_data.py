@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from data_schemas.geometry import DEFAULT_ARCH
@@ -73,11 +74,14 @@ def add_parsers(sub) -> None:
     mk.set_defaults(fn=cmd_masks)
 
     sm = sub.add_parser("show-masks", help="draw a caption's masked patches, boxes and tokens")
-    sm.add_argument("tables", type=Path)
-    sm.add_argument("--images", type=Path, required=True)
-    sm.add_argument("--caption-id", type=int, required=True)
-    sm.add_argument("--model", default=DEFAULT_ARCH, help="architecture whose grid and tokenizer to show")
-    sm.add_argument("--out", type=Path, required=True)
+    sm.add_argument("tables", type=Path, help="folder holding the captions, scene_graphs, token_masks (and regions, "
+                    "patch_masks) tables")
+    sm.add_argument("--images", type=Path, required=True, help="image root (captions.file_name is relative to it)")
+    sm.add_argument("--caption-id", type=int, required=True, help="the caption to draw (macco sql \"select "
+                    "caption_id, caption from captions limit 5\" lists some)")
+    sm.add_argument("--model", help="architecture whose patch grid and tokenizer to draw (default: the one grid the "
+                    "patch_masks table holds; needed when it holds several)")
+    sm.add_argument("--out", type=Path, required=True, help="the PNG to write")
     sm.set_defaults(fn=cmd_show_masks)
 
 
@@ -140,6 +144,26 @@ def cmd_captions(args) -> int:
         return 2
     print(f"image root: {root}   (next: macco parse {out / 'captions'} --out {out})")
     return 0
+
+
+@contextmanager
+def shard_bar(verb: str, unit: str):
+    """A progress bar on stderr for a sharded stage's shards (``progress(done, total)``; stdout stays for results)."""
+    from tqdm import tqdm
+
+    bar = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, desc=f"macco {verb}", unit=unit.rstrip("s"), file=sys.stderr, leave=False)
+        bar.update(done - bar.n)
+
+    try:
+        yield progress
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def _quiet(line: str) -> None:
@@ -215,7 +239,8 @@ def cmd_parse(args) -> int:
     captions = src if src.is_dir() else out / "captions"
     found = discover_tables(src.parent) if cfg.parser == "official" else {}
     inputs = folder_catalog({"captions": captions, **({"official": found["official"]} if "official" in found else {})})
-    manifests = run_in_folder("parse", cfg, inputs, out, log=_quiet)["outputs"]
+    with shard_bar("parse", "shards") as bar:
+        manifests = run_in_folder("parse", cfg, inputs, out, log=_quiet, progress=bar)["outputs"]
     if not src.is_dir():  # a file's own bad items (none: an earlier file's rows go)
         manifests["errors"] = _add_input_errors(out / "errors", read.errors)
     _print_manifests(manifests)
@@ -240,7 +265,8 @@ def cmd_ground(args) -> int:
     images = {"kind": "images", "dir": str(args.images) if args.images else None,
               "instances": str(args.instances) if args.instances else None, "content_hash": None}
     out = Path(args.out or tables) / "ground"
-    m = run_in_folder("ground", cfg, folder_catalog(found, images=images), out, log=_quiet)["outputs"]
+    with shard_bar("ground", "shards") as bar:
+        m = run_in_folder("ground", cfg, folder_catalog(found, images=images), out, log=_quiet, progress=bar)["outputs"]
     _print_manifests(m)
     print(f"wrote {out}")
     return 0
@@ -282,10 +308,49 @@ def _print_errors(manifest: dict, errors_dir: Path) -> None:
 
 
 def cmd_show_masks(args) -> int:
+    from data_schemas import TableError
     from pipeline.patches import geometry_for
     from pipeline.show import show_masks
     from pipeline.validate import discover_tables
 
     tables = discover_tables(args.tables)
-    print(f"wrote {show_masks(tables, args.images, args.caption_id, geometry_for(args.model), args.out, args.model)}")
+    missing = [t for t in ("captions", "scene_graphs") if t not in tables]
+    if missing:
+        raise TableError(f"{args.tables}: no complete {' or '.join(missing)} table under it (run macco captions and "
+                         "macco parse into it first)")
+    if args.model:
+        geo, model = geometry_for(args.model), args.model
+    else:
+        geo, model = _table_grid(tables), DEFAULT_ARCH
+        _check_clip_bpe(tables)
+    print(f"wrote {show_masks(tables, args.images, args.caption_id, geo, args.out, model)}")
     return 0
+
+
+def _check_clip_bpe(tables: dict) -> None:
+    """Without --model the tokens are drawn with the CLIP BPE: the token_masks must be in it."""
+    from data_schemas import TABLES, InputFileError, read_table
+
+    if "token_masks" in tables:
+        names = {r["tokenizer"] for r in read_table(TABLES["token_masks"], tables["token_masks"],
+                                                    ["tokenizer"]).to_pylist()}
+        if names - {"clip-bpe"}:
+            raise InputFileError(f"{tables['token_masks']}: token masks of {sorted(names)}: pass --model (the model "
+                                 "folder whose tokenizer they use)")
+
+
+def _table_grid(tables: dict):
+    """The one patch grid the patch_masks table holds (without one: the default architecture's); drawn with the CLIP
+    BPE tokenizer, which every CLIP architecture shares (a model folder's own tokenizer: pass --model)."""
+    from data_schemas import TABLES, InputFileError, read_table
+    from data_schemas.geometry import Geometry
+    from pipeline.patches import geometry_for
+
+    if "patch_masks" not in tables:
+        return geometry_for(DEFAULT_ARCH)
+    grids = sorted({(r["image_size"], r["patch_size"]) for r in read_table(
+        TABLES["patch_masks"], tables["patch_masks"], ["image_size", "patch_size"]).to_pylist()})
+    if len(grids) != 1:
+        raise InputFileError(f"{tables['patch_masks']}: holds the grids {grids} (image size, patch size): name the "
+                             "architecture to draw with --model")
+    return Geometry(*grids[0])

@@ -12,9 +12,12 @@ EVAL_FLAGS = ("device", "batch_size", "autocast", "allow_missing", "activation",
 
 
 def add_parsers(sub) -> None:
+    import argparse
+
     tr = sub.add_parser("train", help="train MACCO / CLIP-FT on the tables; extra key=value override the config",
                         description="train MACCO / CLIP-FT; settings from --config plus key=value overrides "
-                                    "(e.g. mode=clip-ft max_steps=100)")
+                                    "(e.g. mode=clip-ft max_steps=100); configs/train-example.yaml is one config",
+                        epilog=train_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     tr.add_argument("--config", help="YAML with the train settings (model/train.py TrainConfig)")
     tr.set_defaults(fn=cmd_train, takes_extra=True)
 
@@ -24,7 +27,10 @@ def add_parsers(sub) -> None:
 
     ev = sub.add_parser("eval", help="evaluate a model on the compositionality benchmarks (original files)")
     ev.add_argument("--model", required=True, help="open_clip architecture or local-dir:PATH")
-    ev.add_argument("--checkpoint", help="weights file for --model")
+    ev.add_argument("--checkpoint", help="weights file for --model (e.g. a run's export.pt, or an open_clip pretrained "
+                    "tag); required unless --model is a local-dir: folder with its weights, or --random-init")
+    ev.add_argument("--random-init", action="store_true", help="evaluate a randomly initialised --model on purpose "
+                    "(a baseline); without it a missing --checkpoint is an error, never a silent random model")
     ev.add_argument("--benchmark", nargs="+", required=True, choices=(*BENCHMARKS, "all"), metavar="NAME",
                     help=cli_help())
     ev.add_argument("--root", type=Path, help="the benchmark's root directory (one benchmark)")
@@ -34,7 +40,7 @@ def add_parsers(sub) -> None:
                     "this table directory (created if absent; earlier rows are never replaced)")
     ev.add_argument("--run", metavar="LABEL", help="the run label of the rows (default: the weights file's name, "
                     "else the model's)")
-    add_flags(ev, EvalConfig, EVAL_FLAGS, help={
+    add_flags(ev, EvalConfig, EVAL_FLAGS, unset=("vga_min_count", "allow_partial"), help={
         "autocast": "autocast (default fp32)",
         "allow_missing": "score a benchmark whose images are partly missing (default: an error naming the count and "
                          "examples, as the authors' harnesses crash); recorded in results.json, marked in the report",
@@ -49,6 +55,8 @@ def add_parsers(sub) -> None:
         "vlc_mode": "VL-CheckList: authors (missing images dropped, then 1,000 records per file, POS[0] vs "
                     "NEG[0]), all (every record and POS x NEG pair), macco (every record; each leaf the mean "
                     "over its files). None: the protocol's",
+        "vga_min_count": "VG-Attribution: the cases a group needs to count in the macro average (default: 25, the "
+                         "ARO authors'; with --world the world's 5, model/benchmarks/protocols.py WORLD_SETTINGS)",
         "allow_partial": "report a group average over an incomplete set of its files, marked \"partial\": true "
                          "with the missing files (default: refused; on with --world)",
         "seed": "Order perturbation seed (ARO authors: 1)"})
@@ -82,6 +90,26 @@ def add_parsers(sub) -> None:
     ru.set_defaults(fn=cmd_run)
 
 
+def train_keys_help() -> str:
+    """Every key of a training config with its default, from ``TrainConfig`` itself (read from its source, so the
+    help needs no torch)."""
+    import ast
+    import importlib.util
+
+    tree = ast.parse(Path(importlib.util.find_spec("model.train_config").origin).read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TrainConfig")
+    lines = []
+    for node in cls.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            value = node.value
+            if isinstance(value, ast.Call) and value.keywords:  # field(default_factory=...): what it makes
+                factory = value.keywords[0].value
+                value = factory.body if isinstance(factory, ast.Lambda) else \
+                    ast.parse({"dict": "{}", "list": "[]"}.get(ast.unparse(factory), ast.unparse(factory)))
+            lines.append(f"  {node.target.id} = {ast.unparse(value)[:60]}")
+    return "config keys (model/train_config.py TrainConfig; key=value on the command line):\n" + "\n".join(lines)
+
+
 def cmd_train(args, extra=()) -> int:
     from flows.catalog import Catalog
     from flows.runner import run_in_folder
@@ -97,6 +125,11 @@ def cmd_train(args, extra=()) -> int:
 
 def cmd_eval(args) -> int:
     from model.benchmarks import EvalConfig, evaluate
+
+    if not args.checkpoint and not args.random_init and not args.model.startswith("local-dir:"):
+        print(f"macco eval: no --checkpoint for {args.model}: that would evaluate a randomly initialised model; pass "
+              "--checkpoint FILE (e.g. a run's export.pt) or --random-init to score one on purpose", file=sys.stderr)
+        return 2
 
     roots = {}
     if args.world:
@@ -139,14 +172,23 @@ def _run_eval(args, roots: dict, names: list[str], EvalConfig, evaluate) -> dict
         refuse_unreadable(args.results_table)
 
     order_roots, valse_roots = parse_image_roots(args.image_root)
-    # the synthetic world's sets hold a few files of each benchmark by design: its group averages are partial
-    allow_partial = args.allow_partial or bool(args.world)
-    flags = {n: getattr(args, n) for n in EVAL_FLAGS}
-    cfg = from_dict(EvalConfig, {**flags, "allow_partial": allow_partial}, "macco eval", model=args.model,
+    from model.benchmarks.protocols import WORLD_SETTINGS
+
+    # the flags left unset take the world's settings with --world (a few files per benchmark, small VG-A groups),
+    # else EvalConfig's defaults
+    flags = {n: getattr(args, n) for n in EVAL_FLAGS if getattr(args, n) is not None}
+    if args.world:
+        flags = {**{k: v for k, v in WORLD_SETTINGS.items() if k in EVAL_FLAGS}, **flags}
+    cfg = from_dict(EvalConfig, flags, "macco eval", model=args.model,
                     checkpoint=args.checkpoint, roots=roots, order_image_roots=order_roots,
                     valse_image_roots=valse_roots,
                     winoground_clean_ids=str(args.winoground_clean_ids) if args.winoground_clean_ids else None)
-    return evaluate(cfg, names, args.out, args.results_table, run=args.run)
+    out = evaluate(cfg, names, args.out, args.results_table, run=args.run, progress=sys.stderr.isatty())
+    if args.results_table is not None:  # a macco.duckdb beside the history shows the new rows
+        from pipeline.inspection import refresh_duckdb
+
+        refresh_duckdb(Path(args.results_table).parent)
+    return out
 
 
 def cmd_run(args) -> int:

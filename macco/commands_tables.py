@@ -113,15 +113,15 @@ def cmd_validate(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from pipeline.inspection import format_summary, summarize, write_duckdb
+    from pipeline.inspection import DUCKDB_FILE, format_summary, summarize, write_duckdb
     from pipeline.validate import discover_tables
 
     tables = discover_tables(args.path)
     if not tables:
         print(f"macco inspect: no complete tables under {args.path}", file=sys.stderr)
-        return 1
+        return 2
     print(format_summary(summarize(tables)))
-    db = Path(args.db) if args.db else Path(args.path) / "macco.duckdb"
+    db = Path(args.db) if args.db else Path(args.path) / DUCKDB_FILE
     write_duckdb(tables, db)
     print(f"\nwrote {db}: views {', '.join(sorted(tables))}")
     return 0
@@ -136,7 +136,7 @@ def cmd_sql(args) -> int:
     tables = discover_tables(args.root)
     if not tables:
         print(f"macco sql: no complete tables under {args.root}", file=sys.stderr)
-        return 1
+        return 2
     limit = None if args.csv or args.json or args.limit <= 0 else args.limit
     try:
         cols, rows, total = query(tables, args.query, limit)

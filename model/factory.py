@@ -51,11 +51,11 @@ def create_clip(arch: str, pretrained: str | None = None, weights_later: bool = 
         root.addFilter(quiet)
     try:
         if not arch.startswith("local-dir:"):
-            with weights_file(pretrained):
+            with weights_file(pretrained, arch):
                 return open_clip.create_model(arch, pretrained=pretrained, **kw)
         model = open_clip.create_model(arch, **kw)
         if pretrained:
-            with weights_file(pretrained):
+            with weights_file(pretrained, arch):
                 open_clip.load_checkpoint(model, pretrained)
         return model
     finally:
@@ -67,20 +67,36 @@ _LOAD_ERRORS = (RuntimeError, EOFError, KeyError, ValueError, OSError, UnicodeDe
 
 
 @contextmanager
-def weights_file(path: str | None):
-    """Loading weights from ``path``: a file that is not a readable weights file (empty, truncated, text, a pickle
-    of Python objects) is one ``InputFileError`` naming the file and what is wrong with it. The file is judged by
-    loading it alone (``torch.load(weights_only=True)`` / safetensors); a file that loads is not blamed, and the
-    original error stands."""
+def weights_file(path: str | None, arch: str | None = None):
+    """Loading weights from ``path`` (into ``arch``): a file that is not a readable weights file (empty, truncated,
+    text, a pickle of Python objects) is one ``InputFileError`` naming the file and what is wrong with it; readable
+    weights that do not fit ``arch`` (open_clip's size mismatch or assertion) one naming both. The file is judged by
+    loading it alone (``torch.load(weights_only=True)`` / safetensors); otherwise the original error stands."""
     import pickle
 
     try:
         yield
-    except (*_LOAD_ERRORS, pickle.UnpicklingError) as exc:
-        problem = weights_problem(path) if path and Path(path).is_file() else None
+    except (*_LOAD_ERRORS, pickle.UnpicklingError, AssertionError) as exc:
+        if not path or not Path(path).is_file():
+            raise
+        problem = weights_problem(path)
+        if problem is None and arch is not None and isinstance(exc, (AssertionError, RuntimeError)):
+            problem = (f"these weights do not fit architecture {arch!r}{_exported_from(path)} "
+                       f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]})")
         if problem is None:
             raise
         raise InputFileError(f"{path}: {problem}") from exc
+
+
+def _exported_from(path) -> str:
+    """``; they are <arch>'s`` when the file records the architecture it was exported from (``model.export``)."""
+    import torch
+
+    try:
+        arch = torch.load(path, map_location="cpu", weights_only=True).get("arch")
+    except (*_LOAD_ERRORS, AttributeError):
+        return ""
+    return f"; the file was exported from {arch!r} (pass --model {arch})" if isinstance(arch, str) else ""
 
 
 def weights_problem(path: str | Path) -> str | None:

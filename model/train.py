@@ -23,6 +23,8 @@ from typing import Callable
 
 import torch
 
+from data_schemas.config import ConfigError
+
 from .checkpoint import (ResumeRefused, checkpoint_to_resume, latest_checkpoint, resume,  # noqa: F401 (API)
                          save)
 from .masked import tower_shapes
@@ -85,6 +87,22 @@ def check_tokens(task: TrainingTask, samples: list, cfg: TrainConfig) -> None:
                          f"captions with this architecture's tokenizer (parse.clip_model = {cfg.arch!r})")
 
 
+NEEDED_TABLES = ("captions", "token_masks")  # and for masking: scene_graphs (hard negatives), regions (image masks)
+
+
+def check_tables(cfg: TrainConfig) -> None:
+    """The tables a run reads are given and are tables: one ``ConfigError`` naming what is missing."""
+    needed = [*NEEDED_TABLES, *(("regions",) if cfg.mode in ("macco", "image-only") else ())]
+    missing = [t for t in needed if t not in cfg.tables]
+    if missing:
+        raise ConfigError(f"train config tables: no {', '.join(missing)} (tables: {{captions: DIR, token_masks: DIR, "
+                          "scene_graphs: DIR, regions: DIR}, the folders macco parse / ground write; "
+                          "configs/train-example.yaml shows them)")
+    gone = [f"{t} ({cfg.tables[t]})" for t in cfg.tables if not (Path(cfg.tables[t]) / "manifest.json").is_file()]
+    if gone:
+        raise ConfigError(f"train config tables: not a complete table: {', '.join(gone)}")
+
+
 def scenes_path(cfg: TrainConfig) -> Path:
     return Path(cfg.scenes) if cfg.scenes else Path(cfg.image_root) / f"scenes_{cfg.split}.json"
 
@@ -136,6 +154,7 @@ def setup(cfg: TrainConfig) -> TrainState:
     from .data import EpochBatchSampler, build_samples, collate, image_groups
     from .optim import make_optimizer, schedule
 
+    check_tables(cfg)  # before any model is built: a missing table is one line, not a KeyError minutes later
     rank, world, local_rank = _dist_env()
     if world > 1 and not torch.distributed.is_initialized():
         backend = "nccl" if torch.cuda.is_available() and cfg.device != "cpu" else "gloo"

@@ -18,13 +18,39 @@ def connect(tables: dict, database: str | Path = ":memory:"):
     return con
 
 
+# the storage format of macco.duckdb: one the `duckdb` command of the install (duckdb-cli 1.5) opens, written by
+# the Python duckdb 2 (whose own default format that CLI cannot read)
+DUCKDB_FILE_STORAGE = "v1.4.0"
+DUCKDB_FILE = "macco.duckdb"
+
+
 def write_duckdb(tables: dict, db_path: str | Path) -> Path:
-    """(Re)create ``db_path`` with the views of ``connect``."""
-    db_path = Path(db_path)
-    db_path.parent.mkdir(parents=True, exist_ok=True)
+    """(Re)create ``db_path`` with the views of ``connect`` (in a storage format the ``duckdb`` command reads)."""
+    import duckdb
+
     from data_schemas import replace_file
 
-    return replace_file(db_path, lambda tmp: connect(tables, tmp).close())
+    db_path = Path(db_path)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(tmp: Path) -> None:
+        con = duckdb.connect()
+        con.execute(f"attach '{str(tmp).replace(chr(39), chr(39) * 2)}' as views "
+                    f"(storage_version '{DUCKDB_FILE_STORAGE}')")
+        con.execute("use views")
+        create_views(con, tables)
+        con.close()
+
+    return replace_file(db_path, write)
+
+
+def refresh_duckdb(root: str | Path) -> Path | None:
+    """Rewrite ``root/macco.duckdb`` (where ``macco inspect`` wrote one) over the tables under ``root`` now: its views
+    name fixed part files, so a new evaluation or a new stage's tables would not show in it otherwise."""
+    from pipeline.validate import discover_tables
+
+    db = Path(root) / DUCKDB_FILE
+    return write_duckdb(discover_tables(root), db) if db.is_file() else None
 
 
 def summarize(tables: dict) -> dict:

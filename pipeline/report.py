@@ -178,8 +178,9 @@ def _notes(results: dict) -> list[str]:
             f"{b} ({', '.join(f'{m}: {k}' for m, k in ms.items())} cases)" for b, ms in partial.items())]
     dropped = _dropped_groups(results)
     if dropped:
-        lines += ["", "Not reported (no cases scored): " + "; ".join(f"{g} ({', '.join(ms)})"
-                                                                  for g, ms in dropped.items())]
+        lines += ["", "Not reported (the benchmark ran but gave no value for the group: no case scored, or, for ARO "
+                  "VG-Attribution, no attribute group with at least vga_min_count cases): "
+                  + "; ".join(f"{g} ({', '.join(ms)})" for g, ms in dropped.items())]
     return lines
 
 

@@ -122,7 +122,7 @@ def load_encoder(cfg: EvalConfig) -> tuple[Encoder, str, str]:
         tokenizer = open_clip.get_tokenizer(cfg.model)
         weights = next(iter(sorted(Path(cfg.model[len("local-dir:"):]).glob("*.safetensors"))), None)
         if cfg.checkpoint:  # the folder's loader reads its own weights and ignores a file: load the file's
-            with weights_file(cfg.checkpoint):
+            with weights_file(cfg.checkpoint, cfg.model):
                 open_clip.load_checkpoint(model, cfg.checkpoint, device=cfg.device)
             weights = Path(cfg.checkpoint)
         sha = sha256_file(weights) if weights else ""
@@ -130,7 +130,7 @@ def load_encoder(cfg: EvalConfig) -> tuple[Encoder, str, str]:
         # auto: resolve_arch's choice; forced: the plain architecture with quick_gelu overridden
         arch = resolve_arch(cfg.model, cfg.checkpoint) if cfg.activation == "auto" else \
             cfg.model.removesuffix("-gelu")
-        with weights_file(cfg.checkpoint):
+        with weights_file(cfg.checkpoint, arch):
             model, _, preprocess = open_clip.create_model_and_transforms(arch, pretrained=cfg.checkpoint,
                                                                          device=cfg.device, **kw)
         tokenizer = open_clip.get_tokenizer(arch)
@@ -207,7 +207,8 @@ def default_run_label(cfg: EvalConfig) -> str:
 
 
 def evaluate(cfg: EvalConfig, names: list[str], out_json: str | Path | None = None,
-             results_table: str | Path | None = None, enc: Encoder | None = None, run: str | None = None) -> dict:
+             results_table: str | Path | None = None, enc: Encoder | None = None, run: str | None = None,
+             progress: bool = False) -> dict:
     """Every benchmark of ``names`` for one model; ``run`` labels the evaluation in results.json and in the
     ``eval_results`` history (``results_table``), default ``default_run_label``."""
     if "all" in names:
@@ -222,7 +223,11 @@ def evaluate(cfg: EvalConfig, names: list[str], out_json: str | Path | None = No
            "activation": getattr(enc, "activation", "unknown"), "run": run or default_run_label(cfg),
            "eval_id": uuid.uuid4().hex, "code_version": closure_version(*code_roots(tuple(names))),
            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "benchmarks": {}}
-    for n in names:
+    from tqdm import tqdm
+
+    bar = tqdm(names, desc="macco eval", unit="benchmark", disable=not progress, leave=False)
+    for n in bar:
+        bar.set_postfix_str(n)
         t0 = time.perf_counter()
         out["benchmarks"][n] = run_benchmark(enc, n, cfg.roots[n], cfg)
         out["benchmarks"][n]["seconds"] = round(time.perf_counter() - t0, 2)
@@ -236,34 +241,47 @@ def evaluate(cfg: EvalConfig, names: list[str], out_json: str | Path | None = No
     return out
 
 
-def result_rows(out: dict, cfg: EvalConfig) -> list[dict]:
-    """The ``eval_results`` rows of one evaluation (``evaluate``'s result): one per benchmark subset, all with the
-    evaluation's ``eval_id``, ``run`` label and ``created`` time."""
+def result_rows(out: dict, cfg: EvalConfig, trigger: str = "macco eval") -> list[dict]:
+    """The ``eval_results`` rows of one evaluation (``evaluate``'s result): one per benchmark subset and one per
+    report group (its average, the report's number; ``n`` the cases it pools where the per-case strings say), all
+    with the evaluation's ``eval_id``, ``run`` label, ``created`` time and ``trigger``."""
+    from data_schemas.eval_results import parse_created
+
     conf = json.dumps(asdict(cfg), sort_keys=True, default=str)
     config_key = hashlib.sha256(conf.encode()).hexdigest()[:16]
+    common = {"eval_id": out["eval_id"], "run": out["run"], "model_id": out["model"],
+              "checkpoint_sha256": out["checkpoint_sha256"], "config": conf, "config_key": config_key,
+              "protocol": cfg.protocol, "activation": str(out.get("activation", "unknown")),
+              "code_version": out["code_version"], "created": parse_created(out["created"]), "trigger": trigger}
     rows = []
     for b, r in out["benchmarks"].items():
         for s, v in r["subsets"].items():
             n = v.get("n", 0)
             acc = v.get("accuracy", v.get("top1", v.get("group")))
-            rows.append({"eval_id": out["eval_id"], "run": out["run"], "benchmark": b, "subset": s,
-                         "model_id": out["model"], "n": n, "correct": v.get("correct", round((acc or 0) * n)),
-                         "accuracy": acc, "ties": v.get("ties", 0), "missing_images": v.get("missing_images", 0),
-                         "checkpoint_sha256": out["checkpoint_sha256"], "config": conf, "config_key": config_key,
-                         "protocol": cfg.protocol, "activation": str(out.get("activation", "unknown")),
-                         "code_version": out["code_version"], "created": out["created"]})
+            rows.append({**common, "benchmark": b, "level": "subset", "subset": s, "n": n,
+                         "correct": v.get("correct", round((acc or 0) * n)), "accuracy": acc,
+                         "ties": v.get("ties", 0), "missing_images": v.get("missing_images", 0)})
+        for g, acc in r.get("groups", {}).items():
+            if isinstance(acc, bool) or not isinstance(acc, (int, float)):
+                continue  # counts and flags beside the averages (e.g. VG-A's groups_kept)
+            cases = r.get("cases", {}).get(g)
+            n = len(cases) - cases.count("x") if cases is not None else 0
+            rows.append({**common, "benchmark": b, "level": "group", "subset": g, "n": n,
+                         "correct": round(acc * n) if n else 0, "accuracy": float(acc), "ties": 0,
+                         "missing_images": cases.count("x") if cases is not None else 0})
     return rows
 
 
-def append_results(table_dir: str | Path, out: dict, cfg: EvalConfig) -> dict:
+def append_results(table_dir: str | Path, out: dict, cfg: EvalConfig, trigger: str = "macco eval") -> dict:
     """Append one evaluation's rows to the ``eval_results`` history in ``table_dir`` (one new part; concurrent
-    writers take turns, every row is kept; a version-1 table is upgraded first, its rows kept). An evaluation
-    whose ``eval_id`` the table holds already adds nothing (a retried append). A table that cannot be read
-    (damaged part, bad manifest) is an error, never replaced."""
+    writers take turns, every row is kept; a table of an earlier schema version is upgraded first, its rows kept).
+    An evaluation whose ``eval_id`` the table holds already adds nothing (a retried append). A table that cannot be
+    read (damaged part, bad manifest) is an error, never replaced."""
     from data_schemas import TABLES, append_table
-    from data_schemas.eval_results import LEGACY_SPEC, upgrade_v1
+    from data_schemas.eval_results import LEGACY
 
     spec = TABLES["eval_results"]
-    return append_table(spec, table_dir, spec.from_rows(result_rows(out, cfg)), config={"append": True},
-                        code_version=out["code_version"], legacy={1: (LEGACY_SPEC, upgrade_v1)},
+    return append_table(spec, table_dir, spec.from_rows(result_rows(out, cfg, trigger)), config={"append": True},
+                        code_version=out["code_version"],
+                        legacy={v: (old_spec, upgrade) for v, (old_spec, _, upgrade) in LEGACY.items()},
                         once=("eval_id", out["eval_id"]))

@@ -97,3 +97,8 @@ def check_complete(benchmark: str, expected: dict[str, list[str]], present, allo
         raise IncompleteGroup(f"{benchmark}: group average over an incomplete set of {what}s: {'; '.join(parts)} "
                               f"(--allow-partial reports it marked partial)")
     return miss
+
+
+# the synthetic world's benchmark sets (pipeline/world_benchmarks.py) hold a few files of each benchmark and small
+# VG-Attribution groups: what an evaluation on them uses unless told otherwise (the flow and ``macco eval --world``)
+WORLD_SETTINGS = {"vga_min_count": 5, "allow_partial": True}

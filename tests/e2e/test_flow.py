@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests_support import DATA, prefect_env as _env, run_flow_states as run
+from tests_support import prefect_env as _env, run_flow_states as run
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 
 
 def tiny_config(tmp_path: Path, **over) -> Path:
-    cfg = yaml.safe_load((DATA / "tiny_pipeline.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
     cfg["artifacts"] = str(tmp_path / "artifacts")
     for k, v in over.items():
         cfg[k] = v

@@ -11,7 +11,9 @@ import pytest
 import yaml
 
 from macco.cli import main
-from tests_support import DATA, run_flow_states as run
+from tests_support import run_flow_states as run
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 
@@ -23,7 +25,7 @@ def sql(capsys, query: str, root: Path) -> list[dict]:
 
 
 def test_forced_reevaluation_adds_dated_sets_and_never_replaces_the_history(harness, tmp_path, capsys):
-    cfg = yaml.safe_load((DATA / "tiny_pipeline.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
     cfg["artifacts"] = str(tmp_path / "artifacts")
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     art = tmp_path / "artifacts"

@@ -282,7 +282,7 @@ def test_an_evaluate_stopped_before_its_stage_record_appends_once_when_resumed(t
     monkeypatch.setattr(runner, "write_stage", real_write_stage)
     done = runner.complete(BY_NAME["evaluate"], call())
     rows = read_table(TABLES["eval_results"], history).to_pylist()
-    assert calls == ["macco-s0"] and len(rows) == 2 and {r["eval_id"] for r in rows} == {done["eval_id"]}
+    assert calls == ["macco-s0"] and len(rows) == 3 and {r["eval_id"] for r in rows} == {done["eval_id"]}  # 2 subsets, 1 group
 
 
 def test_a_finalize_killed_after_carrying_rows_does_not_carry_them_twice(tmp_path, monkeypatch):
@@ -362,3 +362,31 @@ def test_sql_reading_a_sound_part_as_csv_is_the_querys_error_not_a_damaged_table
         assert "Permission Error" in capsys.readouterr().err
     finally:
         os.chdir(os_cwd)
+
+
+def test_the_history_holds_group_averages_a_timestamp_and_what_triggered_it(tmp_path, capsys):
+    """`created` was a string, the report's group averages were not in the history, and nothing told a scheduled
+    re-evaluation from a manual one but the time. A version-2 table is read and upgraded with every row."""
+    from data_schemas.eval_results import V2_SPEC
+    from model.benchmarks import EvalConfig, append_results
+
+    table = tmp_path / "eval_results"
+    old = [dict(eval_id="e0", run="old", benchmark="sugarcrepe", subset="s0", model_id="m", n=10, correct=5,
+                accuracy=0.5, ties=0, missing_images=0, checkpoint_sha256="x", config="{}", config_key="k",
+                protocol="authors", activation="gelu", code_version="c", created="2026-12-01T00:00:00.000000Z")]
+    write_table(V2_SPEC, table, V2_SPEC.from_rows(old))
+    assert main(["sql", "select typeof(created) t, level, trigger from eval_results", "--root", str(table),
+                 "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "TIMESTAMP WITH TIME ZONE,subset,"  # v2 in the view
+    ev = evaluation("macco-s0")
+    ev["benchmarks"]["sugarcrepe"]["groups"] = {"relation": 0.25}
+    ev["benchmarks"]["sugarcrepe"]["cases"] = {"relation": "1000x"}
+    append_results(table, ev, EvalConfig(), trigger="flow run calm-fox, deployment reevaluate")
+    rows = read_table(TABLES["eval_results"], table).to_pylist()
+    assert len(rows) == 4 and {r["run"] for r in rows} == {"old", "macco-s0"}  # upgraded, every row kept
+    [group] = [r for r in rows if r["level"] == "group"]
+    assert (group["subset"], group["n"], group["accuracy"], group["missing_images"]) == ("relation", 4, 0.25, 1)
+    assert group["trigger"] == "flow run calm-fox, deployment reevaluate" and group["created"].year == 2026
+    assert main(["sql", "select run, level from eval_results order by created desc limit 1", "--root", str(table),
+                 "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("macco-s0,")  # the newest first, by time

@@ -14,14 +14,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests_support import DATA, prefect_env as env, run_flow_states
+from tests_support import prefect_env as env, run_flow_states
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 UP_TO_TRAIN = ["world", "captions", "parse", "ground", "masks", "validate", "train"]
 
 
 def config(tmp_path: Path, **over) -> Path:
-    cfg = yaml.safe_load((DATA / "tiny_pipeline.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
     cfg["artifacts"] = str(tmp_path / "artifacts")
     cfg.update(over)
     tmp_path.mkdir(parents=True, exist_ok=True)

@@ -318,7 +318,7 @@ def test_read_only_outputs_are_one_line_before_any_work(world, tmp_path, capsys,
         assert main(["captions", str(world), "--out", str(ro / "T")]) == 2
         assert f"{ro / 'T'}: cannot write here ({ro} is read-only" in one_line_error(capsys, "captions")
         monkeypatch.setattr(benchmarks, "load_encoder", lambda cfg: pytest.fail("evaluated before checking"))
-        assert main(["eval", "--model", "macco-micro", "--benchmark", "aro-vgr", "--world", str(world),
+        assert main(["eval", "--model", "macco-micro", "--random-init", "--benchmark", "aro-vgr", "--world", str(world),
                      "--results-table", str(ro / "eval_results")]) == 2
         assert "eval_results: cannot write here" in one_line_error(capsys, "eval")
         assert main(["world", "--out", str(ro / "w"), "--images", "4"]) == 2

@@ -73,10 +73,12 @@ def test_unchanged_table_is_not_rehashed_and_a_touched_one_once(table, monkeypat
 
 
 def eval_rows(model_id: str) -> list[dict]:
-    return [dict(eval_id="e0", run=model_id, benchmark="sugarcrepe", subset="swap_att", model_id=model_id, n=10,
-                 correct=7, accuracy=0.7, ties=0, missing_images=0, checkpoint_sha256="abc", config="{}",
-                 config_key="k", protocol="authors", activation="gelu", code_version="c",
-                 created="2026-01-01T00:00:00.000000Z")]
+    from datetime import datetime, timezone
+
+    return [dict(eval_id="e0", run=model_id, benchmark="sugarcrepe", level="subset", subset="swap_att",
+                 model_id=model_id, n=10, correct=7, accuracy=0.7, ties=0, missing_images=0, checkpoint_sha256="abc",
+                 config="{}", config_key="k", protocol="authors", activation="gelu", code_version="c",
+                 created=datetime(2026, 1, 1, tzinfo=timezone.utc), trigger="macco eval")]
 
 
 def eval_out(model_id: str) -> dict:

@@ -237,7 +237,7 @@ def test_cli_eval_json_and_results_table(world, tmp_path, capsys):
     rows = read_table(TABLES["eval_results"], tmp_path / "er").to_pylist()
     assert main(args) == 0
     assert len(read_table(TABLES["eval_results"], tmp_path / "er").to_pylist()) == 2 * len(rows)
-    assert main(["eval", "--model", "macco-micro", "--benchmark", "sugarcrepe", "valse", "--root", "x"]) == 2
+    assert main(["eval", "--model", "macco-micro", "--random-init", "--benchmark", "sugarcrepe", "valse", "--root", "x"]) == 2
     with pytest.raises(ValueError, match="no root"):
         evaluate(EvalConfig(model="macco-micro"), ["sugarcrepe"], enc=FakeEncoder())
 

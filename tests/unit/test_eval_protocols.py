@@ -237,7 +237,7 @@ def test_incomplete_groups_are_refused_or_reported_partial(tmp_path, capsys):
     assert r["partial"] is True and r["missing_files"]["action_relation"] == ["action-replacement"]
     assert r["groups"]["action_relation"] == 1.0  # reported, marked partial
     capsys.readouterr()
-    assert main(["eval", "--model", "macco-micro", "--benchmark", "vl-checklist", "--root", str(vlc)]) == 2
+    assert main(["eval", "--model", "macco-micro", "--random-init", "--benchmark", "vl-checklist", "--root", str(vlc)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "incomplete set of files" in err and "Attribute/vg/state" in err
 

@@ -67,14 +67,16 @@ def test_a_single_stage_run_without_its_upstream_fails_with_one_line(harness, tm
 
     from flows.pipeline import StageMissing, macco_pipeline
 
-    cfg = yaml.safe_load((REPO / "tests" / "data" / "tiny_pipeline.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
     cfg["artifacts"] = str(tmp_path / "artifacts")
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     state = macco_pipeline(config=str(tmp_path / "c.yaml"), stages=["evaluate", "report"], force=["evaluate"],
                            return_state=True)
     assert state.is_failed() and "\n" not in state.message
     assert state.message.startswith("stage 'world' is not selected and has no complete output")
-    assert "need it; run it first" in state.message
+    # every stage it lacks named at once, not one retry at a time
+    assert "(and the stages after it that are not selected: captions, parse, ground, masks, validate, " \
+           "train); run them first" in state.message
     with pytest.raises(StageMissing):
         state.result()
 
@@ -141,7 +143,7 @@ def test_report_names_a_group_it_drops(tmp_path, capsys):
     (tmp_path / "r.json").write_text(json.dumps(res))
     assert main(["report", f"macco={tmp_path / 'r.json'}", "--out", str(tmp_path / "o")]) == 0
     md = (tmp_path / "o" / "results.md").read_text()
-    assert "Not reported (no cases scored): ARO VG-Attribution (macro) (macco)" in md
+    assert "Not reported (the benchmark ran but gave no value for the group" in md and "ARO VG-Attribution (macro) (macco)" in md
 
 
 # ---- pictures -------------------------------------------------------------------------------------------------
@@ -187,7 +189,7 @@ def test_results_figure_marks_the_paired_test_and_the_spread():
 
 
 @pytest.mark.parametrize("kind", ["truncated", "text", "empty", "pickled"])
-def test_a_bad_weights_file_is_one_line_naming_it_for_eval_and_train(world, tmp_path, capsys, kind):
+def test_a_bad_weights_file_is_one_line_naming_it_for_eval_and_train(world, world_tables, tmp_path, capsys, kind):
     """`macco eval --checkpoint` of a truncated / text / empty file was `RuntimeError: PytorchStreamReader...`,
     `KeyError: 101`, a bare `EOFError` (naming no file); a pickled checkpoint's refusal a traceback too."""
     import open_clip
@@ -213,5 +215,42 @@ def test_a_bad_weights_file_is_one_line_naming_it_for_eval_and_train(world, tmp_
     assert main(["eval", "--model", "macco-micro", "--checkpoint", str(bad), "--benchmark", "aro-vgr",
                  "--world", str(world)]) == 2
     assert f"{bad}: {expected[kind]}" in one_line_error(capsys, "eval")
-    assert main(["train", "arch=macco-micro", f"pretrained={bad}", f"out_dir={tmp_path / 'r'}"]) == 2
+    tables = "{" + ", ".join(f"{k}: {v}" for k, v in world_tables.items() if k != "root") + "}"
+    assert main(["train", "arch=macco-micro", f"pretrained={bad}", f"out_dir={tmp_path / 'r'}", f"tables={tables}",
+                 f"image_root={world}"]) == 2
     assert f"{bad}: {expected[kind]}" in one_line_error(capsys, "train")
+
+
+def test_eval_without_weights_is_refused_and_the_worlds_settings_apply(world, tmp_path, capsys):
+    """`macco eval` without --checkpoint scored a randomly initialised model and exited 0; outside the flow
+    --vga-min-count defaulted to 25 (the flow: 5), so on a small world VG-Attribution vanished and the report said
+    no case was scored although 8 were."""
+    assert main(["eval", "--model", "macco-micro", "--benchmark", "aro-vga", "--world", str(world)]) == 2
+    assert "no --checkpoint for macco-micro: that would evaluate a randomly initialised model" in \
+        one_line_error(capsys, "eval")
+    out = tmp_path / "r.json"
+    assert main(["eval", "--model", "macco-micro", "--random-init", "--benchmark", "aro-vga", "--world", str(world),
+                 "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["benchmarks"]["aro-vga"]["groups"]["min_count"] == 5  # the world's setting
+    assert main(["eval", "--model", "macco-micro", "--random-init", "--benchmark", "aro-vga", "--world", str(world),
+                 "--vga-min-count", "2", "--out", str(out)]) == 0  # an explicit flag wins
+    assert json.loads(out.read_text())["benchmarks"]["aro-vga"]["groups"]["min_count"] == 2
+
+
+def test_train_without_tables_and_eval_of_another_architectures_weights_are_one_line(tmp_path, capsys):
+    """`macco train` with no --config built ViT-B/32 for 10 s, then `KeyError: 'captions'`; `macco eval --model
+    ViT-B-32 --checkpoint` of a tiny run's export was open_clip's AssertionError."""
+    import open_clip
+    import torch
+
+    from model.factory import register_model_configs
+
+    assert main(["train", f"out_dir={tmp_path / 'r'}"]) == 2
+    assert "train config tables: no captions, token_masks, regions" in one_line_error(capsys, "train")
+    register_model_configs()
+    torch.save({"state_dict": open_clip.create_model("macco-micro").state_dict(), "arch": "macco-micro"},
+               tmp_path / "export.pt")
+    assert main(["eval", "--model", "ViT-B-32", "--checkpoint", str(tmp_path / "export.pt"), "--benchmark", "aro-vgr",
+                 "--root", str(tmp_path)]) == 2
+    assert "these weights do not fit architecture 'ViT-B-32-quickgelu'; the file was exported from 'macco-micro' " \
+           "(pass --model macco-micro)" in one_line_error(capsys, "eval")

@@ -40,7 +40,7 @@ def _png(path: Path, colour=(200, 30, 30)) -> Path:
 def _micro_cli(*args: str) -> int:
     from macco.cli import main
 
-    return main(["eval", "--model", "macco-micro", *args])
+    return main(["eval", "--model", "macco-micro", *([] if "--checkpoint" in args else ["--random-init"]), *args])
 
 
 # ---- retrieval ---------------------------------------------------------------------------------------------
@@ -183,7 +183,8 @@ def test_world_retrieval_through_the_cli_into_the_results_table(world, tmp_path)
 
     assert _micro_cli("--benchmark", "retrieval-coco", "--root", str(world), "--out", str(tmp_path / "r.json"),
                       "--results-table", str(tmp_path / "er")) == 0
-    rows = {r["subset"]: r for r in read_table(TABLES["eval_results"], tmp_path / "er").to_pylist()}
+    rows = {r["subset"]: r for r in read_table(TABLES["eval_results"], tmp_path / "er").to_pylist()
+            if r["level"] == "subset"}
     assert set(rows) == {f"{d}/R@{k}" for d in ("image_to_text", "text_to_image") for k in (1, 5, 10)}
     for r in rows.values():
         assert r["benchmark"] == "retrieval-coco" and r["correct"] == round(r["accuracy"] * r["n"])
@@ -396,7 +397,7 @@ def test_sts_through_the_cli(tmp_path, capsys):
     assert -1 <= r["groups"]["sick-r_pearson"] <= 1  # SICK.txt brings TRAIN and TRIAL rows: SentEval's protocol
     from data_schemas import TABLES, read_table
 
-    rows = read_table(TABLES["eval_results"], tmp_path / "er").to_pylist()
+    rows = [r for r in read_table(TABLES["eval_results"], tmp_path / "er").to_pylist() if r["level"] == "subset"]
     assert {(x["subset"], x["n"], x["accuracy"]) for x in rows} == {("sick-r", 4, None), ("sts-b", 5, None)}
     (tmp_path / "stsbenchmark" / "sts-test.csv").write_text("a\tb\tc\td\tfive\ts1\ts2\n")
     assert _micro_cli("--benchmark", "sts", "--root", str(tmp_path)) == 2

@@ -1,7 +1,8 @@
-"""The README's shell blocks say only what exists: every ``macco`` command line parses with the real CLI, every
-``make`` target is in the Makefile, every deployment it runs is in prefect.yaml, every config file it names
-ships. (The blocks that need no GPU or user data are run as written elsewhere: the DuckDB inspection block in
-test_report_sql, the deployment block's steps in tests/e2e/test_flow.py, ``make test`` by CI.)"""
+"""The README's and the documentation pages' shell blocks say only what exists: every ``macco`` command line
+parses with the real CLI (the README's here, the docs pages' in test_docs.py), every ``make`` target is in the
+Makefile, every deployment they run is in prefect.yaml, every config file they name ships. (The blocks that need no
+GPU or user data are run as written elsewhere: the DuckDB inspection block in test_report_sql, the deployment
+block's steps in tests/e2e/test_flow.py, the first hour in tests/e2e/test_readme_commands.py, ``make test`` by CI.)"""
 from __future__ import annotations
 
 import re
@@ -12,13 +13,18 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+# the documentation site's pages (mkdocs.yml); docs/cli.md is generated at build time from the parsers themselves
+DOC_PAGES = sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "cli.md")
+PAGES = [README, *DOC_PAGES]
 
 
-def shell_lines() -> list[str]:
-    text = (REPO / "README.md").read_text()
+def shell_lines(pages: list[Path] | None = None) -> list[str]:
+    """The command lines of the ```bash blocks of ``pages`` (default: the README and every docs page)."""
     lines = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
-        lines += [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    for page in PAGES if pages is None else pages:
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.S):
+            lines += [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.strip().startswith("#")]
     return lines
 
 
@@ -28,13 +34,8 @@ def argv_of(line: str) -> list[str]:
     return [re.sub(r"<[^>]+>", "x", w) for w in words if w != "&"]
 
 
-def test_readme_has_shell_blocks():
-    lines = shell_lines()
-    assert any(ln.startswith("macco ") for ln in lines) and any(ln.startswith("make ") for ln in lines)
-
-
-@pytest.mark.parametrize("line", [ln for ln in shell_lines() if ln.startswith("macco ")])
-def test_every_macco_line_parses_with_the_cli(line):
+def assert_parses(line: str) -> None:
+    """``line`` (``macco …``) parses with the real CLI to a verb; ``--help`` exits 0."""
     from macco.cli import build_parser
 
     argv = argv_of(line)[1:]
@@ -45,6 +46,16 @@ def test_every_macco_line_parses_with_the_cli(line):
         return
     args = build_parser().parse_args(argv)
     assert callable(args.fn)
+
+
+def test_readme_has_shell_blocks():
+    lines = shell_lines([README])
+    assert any(ln.startswith("macco ") for ln in lines) and any(ln.startswith("make ") for ln in lines)
+
+
+@pytest.mark.parametrize("line", [ln for ln in shell_lines([README]) if ln.startswith("macco ")])
+def test_every_macco_line_parses_with_the_cli(line):
+    assert_parses(line)
 
 
 def test_make_targets_deployments_and_configs_exist():
@@ -58,15 +69,16 @@ def test_make_targets_deployments_and_configs_exist():
         if argv[:3] == [".venv/bin/prefect", "deployment", "run"]:
             flow, _, name = argv[3].partition("/")
             assert flow == "macco" and name in deployments, line
-    for config in re.findall(r"configs/[\w.-]+\.yaml", (REPO / "README.md").read_text()):
-        assert (REPO / config).is_file(), config
+    for page in PAGES:
+        for config in re.findall(r"configs/[\w.-]+\.yaml", page.read_text()):
+            assert (REPO / config).is_file(), (page.name, config)
 
 
 def test_every_fault_row_names_a_test_that_exists():
-    """README "When things go wrong": each row's tests (``file::name``; ``…::name`` = the row's previous file)
-    are real test functions, so the table cannot claim a behaviour nothing tests."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("## When things go wrong"):text.index("## Development")]
+    """docs/troubleshooting.md "When things go wrong": each row's tests (``file::name``; ``…::name`` = the row's
+    previous file) are real test functions, so the table cannot claim a behaviour nothing tests."""
+    text = (REPO / "docs" / "troubleshooting.md").read_text()
+    section = text[text.index("# When things go wrong"):]
     rows = [ln for ln in section.splitlines() if ln.startswith("| ") and not ln.startswith("| fault")]
     assert len(rows) >= 30
     for row in rows:
@@ -82,8 +94,8 @@ def test_every_fault_row_names_a_test_that_exists():
 
 
 def test_every_deployment_run_line_names_its_config():
-    """A `deployment run` without a config runs the deployment's default (the demo): each README line says which
-    config it means."""
+    """A `deployment run` without a config runs the deployment's default (the demo): each line of the README and the
+    docs pages says which config it means."""
     runs = [ln for ln in shell_lines() if "deployment run" in ln]
     assert runs
     for line in runs:

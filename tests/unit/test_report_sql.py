@@ -142,7 +142,7 @@ def test_sql_bad_query_is_one_line_and_exit_2(world_tables, capsys, query, says)
 
 
 def test_sql_without_tables_says_where_it_looked(tmp_path, capsys):
-    assert main(["sql", "select 1", "--root", str(tmp_path)]) == 1
+    assert main(["sql", "select 1", "--root", str(tmp_path)]) == 2  # no table: an input error, as for every verb
     assert capsys.readouterr().err.strip() == f"macco sql: no complete tables under {tmp_path}"
 
 
@@ -247,3 +247,34 @@ def test_report_verb_errors_are_one_line(tmp_path, capsys):
     assert main(["report", f"macco={good}", f"other={good}", *out, "--control", "base-ft"]) == 0
     assert "no results labelled 'base-ft' (--control): no paired tests" in capsys.readouterr().err
     assert "No paired tests: the control 'base-ft' was not evaluated." in (tmp_path / "o" / "results.md").read_text()
+
+
+def test_macco_duckdb_follows_new_rows_and_opens_in_the_duckdb_command(artifacts_cwd, capsys):
+    """`artifacts/macco.duckdb` named fixed part files: after one more evaluation it still showed the old rows until
+    `macco inspect` ran again; and no `duckdb` command came with the install (its format: one that command reads)."""
+    import subprocess
+    import sys
+
+    from pipeline.inspection import refresh_duckdb
+
+    from model.benchmarks import EvalConfig, append_results
+
+    assert main(["inspect", str(artifacts_cwd)]) == 0
+    db = artifacts_cwd / "macco.duckdb"
+    duckdb_cli = Path(sys.executable).with_name("duckdb")
+
+    def history_rows() -> str:
+        r = subprocess.run([str(duckdb_cli), "-readonly", "-csv", str(db), "-c", "select count(*) from eval_results"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split()[-1]
+
+    res = {"model": "m", "run": "r", "checkpoint_sha256": "x", "eval_id": "e1", "code_version": "c",
+           "created": "2026-12-04T00:00:00.000000Z",
+           "benchmarks": {"sugarcrepe": {"subsets": {"s": {"n": 2, "correct": 1, "accuracy": 0.5}}}}}
+    append_results(artifacts_cwd / "eval_results", res, EvalConfig())
+    refresh_duckdb(artifacts_cwd)
+    assert history_rows() == "1"
+    append_results(artifacts_cwd / "eval_results", {**res, "eval_id": "e2"}, EvalConfig())
+    refresh_duckdb(artifacts_cwd)  # what every flow run and `macco eval --results-table` do
+    assert history_rows() == "2"

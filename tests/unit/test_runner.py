@@ -128,7 +128,7 @@ def test_a_results_table_that_is_a_file_is_refused_and_left_alone(tmp_path):
 
     afile = tmp_path / "afile"
     afile.write_text("keep")
-    res = {"eval_id": "e", "run": "r", "model": "m", "checkpoint_sha256": "", "code_version": "", "created": "t",
+    res = {"eval_id": "e", "run": "r", "model": "m", "checkpoint_sha256": "", "code_version": "", "created": "2026-12-04T00:00:00.000000Z",
            "benchmarks": {"b": {"subsets": {"s": {"n": 1, "correct": 1, "accuracy": 1.0}}}}}
     with pytest.raises(TableError, match="is a file, not a table folder"):
         append_results(afile, res, EvalConfig())
@@ -182,7 +182,7 @@ def test_two_runs_of_a_small_flow_are_byte_identical_and_each_stage_is_served_wh
 
     outs = []
     for name in ("a", "b"):
-        cfg = yaml.safe_load((REPO / "tests" / "data" / "tiny_pipeline.yaml").read_text())
+        cfg = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
         cfg["artifacts"] = str(tmp_path / name)
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
         outs.append(Runner(cfg["artifacts"], executor=Recording(), log=lambda line: None).run_dag(

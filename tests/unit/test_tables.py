@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
@@ -53,10 +54,11 @@ def clean_rows():
                  patch_size=8, preprocess="resize-center-crop"),
         ],
         "errors": [dict(stage="captions", item_id="9", reason="empty_caption", message="empty")],
-        "eval_results": [dict(eval_id="e1", run="macco-s0", benchmark="sugarcrepe", subset="swap_att", model_id="m",
-                              n=10, correct=7, accuracy=0.7, ties=0, missing_images=0, checkpoint_sha256="abc",
-                              config="{}", config_key="k", protocol="authors", activation="gelu", code_version="c",
-                              created="2026-01-01T00:00:00.000000Z")],
+        "eval_results": [dict(eval_id="e1", run="macco-s0", benchmark="sugarcrepe", level="subset", subset="swap_att",
+                              model_id="m", n=10, correct=7, accuracy=0.7, ties=0, missing_images=0,
+                              checkpoint_sha256="abc", config="{}", config_key="k", protocol="authors",
+                              activation="gelu", code_version="c", trigger="macco eval",
+                              created=datetime(2026, 1, 1, tzinfo=timezone.utc))],
         "official": [dict(caption_id=1, objects=["circle", "square"], relations=["left of"], attributes=["red", "blue"],
                           relation_phrases=["circle left of square"], attribute_phrases=["red circle", "blue square"],
                           phrase_boxes='{"red circle": [[1, 2, 20, 40]]}', neg_captions=[])],
@@ -110,6 +112,7 @@ VIOLATIONS = {
     "official.caption_exists": lambda d: d["official"][0].update(caption_id=99),
     "eval_results.accuracy_in_unit_interval": lambda d: d["eval_results"][0].update(accuracy=1.2),
     "eval_results.counts_consistent": lambda d: d["eval_results"][0].update(correct=11),
+    "eval_results.level_valid": lambda d: d["eval_results"][0].update(level="average"),
 }
 NOT_NULL_CHECKS = {c.name for s in TABLES.values() for c in s.checks if c.name.endswith("key_not_null")}
 
