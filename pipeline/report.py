@@ -45,9 +45,22 @@ def mcnemar(model: list[str], control: list[str]) -> dict:
             "c_case": cc, "p_case": float(p_case)}
 
 
+def holm(pvalues: dict[str, float]) -> dict[str, float]:
+    """Holm's step-down adjusted p-values of a family of tests (name -> raw p): the k-th smallest raw p times
+    (m - k + 1), made monotone and capped at 1. A test is significant at level alpha after the correction iff its
+    adjusted p is below alpha; the family-wise error rate is then at most alpha."""
+    adjusted, running = {}, 0.0
+    ranked = sorted(pvalues.items(), key=lambda kv: kv[1])
+    for k, (name, p) in enumerate(ranked):
+        running = max(running, min(1.0, (len(ranked) - k) * p))
+        adjusted[name] = running
+    return adjusted
+
+
 def paired_tests(results: dict[str, list[dict]], control: str) -> dict[str, dict[str, dict]]:
     """{model: {row label: mcnemar(model, control)}} for every model but ``control`` and the base, runs paired
-    by seed (seeds only one side has are left out)."""
+    by seed (seeds only one side has are left out). Each model's rows are one family: ``p_holm`` is the case-level
+    sign test's p after Holm's correction over that model's groups (``p_case`` stays the raw p)."""
     out: dict[str, dict[str, dict]] = {}
     if control not in results:
         return out
@@ -64,6 +77,8 @@ def paired_tests(results: dict[str, list[dict]], control: str) -> dict[str, dict
                  if bench in a["benchmarks"] and bench in b["benchmarks"]]
             if m and None not in m and None not in k:
                 rows[name] = mcnemar(m, k)
+        for name, p in holm({name: r["p_case"] for name, r in rows.items()}).items():
+            rows[name]["p_holm"] = p
         out[label] = rows
     return out
 
@@ -99,7 +114,7 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
     names = [name for _, _, name in GROUPS if any(name in table[m] for m in table)]
     marks = paired_marks(table, tests, control, alpha)
     lines = [f"# {title}", "", note, "", *_table_lines(table, names, marks),
-             *_legend(table, results, control, alpha), *_test_lines(tests, control, alpha), *_notes(results),
+             *_legend(table, results, tests, control, alpha), *_test_lines(tests, control, alpha), *_notes(results),
              *_probe_section(results)]
     md = out_dir / "results.md"
     md.write_text("\n".join(lines) + "\n")
@@ -108,11 +123,24 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
     (out_dir / "results.json").write_text(json.dumps(
         {"benchmarks": {m: {n: {"mean": v[0], "sd": v[1], "seeds": v[2], "n": v[3]} for n, v in rows.items()}
                         for m, rows in table.items()},
-         "paired_tests": {"control": control, "alpha": alpha, "models": tests},
+         "paired_tests": {"control": control, "alpha": alpha, "correction": "holm, per model over its groups",
+                          "models": tests},
+         "cases": case_outcomes(results),
          "probes": {m: {k: {"mean": v[0], "sd": v[1], "runs": v[2]} for k, v in
                         probe_summary([r["probes"] for r in runs if "probes" in r]).items()}
                     for m, runs in results.items()}}, indent=2))
     return {"markdown": str(md), "png": str(png), "table": "\n".join(lines)}
+
+
+def case_outcomes(results: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """{model: [{"seed", "groups": {row label: case string}}]}: every run's per-case outcomes ('1' right, '0' wrong,
+    'x' no image), what ``paired_tests`` reads, so each p-value can be re-derived from ``results.json`` alone."""
+    out = {}
+    for label, runs in results.items():
+        out[label] = [{"seed": _seed(r, i), "groups": {
+            name: r["benchmarks"][bench]["cases"][key] for bench, key, name in GROUPS
+            if key in r.get("benchmarks", {}).get(bench, {}).get("cases", {})}} for i, r in enumerate(runs)]
+    return out
 
 
 def _seeds(table: dict) -> dict[str, int]:
@@ -139,14 +167,17 @@ def _table_lines(table: dict, names: list[str], marks: dict) -> list[str]:
     return lines
 
 
-def _legend(table: dict, results: dict, control: str, alpha: float) -> list[str]:
+def _legend(table: dict, results: dict, tests: dict, control: str, alpha: float) -> list[str]:
     labels, seeds = list(table), _seeds(table)
     others = [m for m in labels if m not in (control, "base")]
     line = "Accuracy in %; ± is the standard deviation over seeds." if any(seeds[m] > 1 for m in labels) \
         else "Accuracy in %; one seed per model: no spread estimate."
     if others and control in results:
-        line += (f" ▲/▼: better/worse than {control} in a paired test over the same cases (p < {alpha}; the "
-                 "case-level sign test, seeds paired, and the direction of the cell's mean agrees).")
+        groups = max((len(rows) for rows in tests.values()), default=0)
+        line += (f" ▲/▼: better/worse than {control} in a paired test over the same cases at {alpha} after Holm's "
+                 f"correction over each model's {groups} groups (the case-level sign test, seeds paired, and the "
+                 "direction of the cell's mean agrees); the raw and the corrected p of every group are in the "
+                 "tables below.")
     elif others:
         line += f" No paired tests: the control {control!r} was not evaluated."
     return ["", line]
@@ -161,11 +192,12 @@ def _test_lines(tests: dict, control: str, alpha: float) -> list[str]:
         k = max(r["pairs"] for r in rows.values())
         lines += ["", f"### {m} vs {control}: paired tests over {k} seed pair(s)", "",
                   f"| benchmark group | cases | pooled pairs | {m} right, {control} wrong | {control} right, {m} "
-                  f"wrong | McNemar p (pooled) | cases {m} > / < {control} | sign-test p (cases) |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  f"wrong | McNemar p (pooled) | cases {m} > / < {control} | sign-test p (cases) | Holm p |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for name, r in rows.items():
             lines.append(f"| {name} | {r['cases']} | {r['n']} | {r['b']} | {r['c']} | {r['p']:.3g} | "
-                         f"{r['b_case']} / {r['c_case']} | {r['p_case']:.3g}{' *' if r['p_case'] < alpha else ''} |")
+                         f"{r['b_case']} / {r['c_case']} | {r['p_case']:.3g} | "
+                         f"{r['p_holm']:.3g}{' *' if r['p_holm'] < alpha else ''} |")
     return lines
 
 

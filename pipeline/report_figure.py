@@ -11,13 +11,14 @@ def chance_segments(names: list[str], half: float = 0.45) -> list[tuple[float, f
 
 
 def paired_marks(table: dict, tests: dict, control: str, alpha: float) -> dict[tuple[str, str], str]:
-    """{(model, report row): "▲" / "▼"}: the case-level paired test is significant and its direction agrees with
-    the cell's mean against the control's (a macro average can move the other way than the pooled cases)."""
+    """{(model, report row): "▲" / "▼"}: the case-level paired test is significant after Holm's correction over
+    the model's groups (``p_holm``) and its direction agrees with the cell's mean against the control's (a macro
+    average can move the other way than the pooled cases)."""
     marks = {}
     for m, rows in tests.items():
         for name, t in rows.items():
             ref, cell = table.get(control, {}).get(name), table.get(m, {}).get(name)
-            if ref is None or cell is None or t["p_case"] >= alpha:
+            if ref is None or cell is None or t["p_holm"] >= alpha:
                 continue
             if t["b_case"] > t["c_case"] and cell[0] > ref[0]:
                 marks[(m, name)] = "▲"

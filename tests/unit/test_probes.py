@@ -169,7 +169,7 @@ def test_report_marks_significant_cells_and_writes_the_probe_table(tmp_path):
     rep = write_report({"clip-ft": [res(control)], "macco": [res(better)]}, tmp_path, "t")
     md = (tmp_path / "results.md").read_text()
     assert "| What's Up controlled | 40 | 25 | 0.0 | 75.0 ▲ |" in md  # n: the cases the group pools
-    assert "| What's Up controlled | 40 | 40 | 30 | 0 | 1.86e-09 | 30 / 0 | 1.86e-09 * |" in md
+    assert "| What's Up controlled | 40 | 40 | 30 | 0 | 1.86e-09 | 30 / 0 | 1.86e-09 | 1.86e-09 * |" in md  # one group
     assert "| image: position R² x (global) | 0 | 0.70 | 0.70 |" in md
     # no control evaluated: said, and nothing marked
     write_report({"macco": [res(better)]}, tmp_path / "nc", "t")

@@ -1,0 +1,69 @@
+"""pipeline/report.py: Holm's correction over a model's groups, the marks it gives, and the per-case outcomes in
+results.json from which every p-value is re-derived."""
+import json
+
+import pytest
+
+from pipeline.report import case_outcomes, holm, mcnemar, write_report
+from pipeline.results import GROUPS
+
+
+def test_holm_adjusts_step_down_and_stays_monotone():
+    got = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005})
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> monotone 0.02, 0.03, 0.06, 0.06
+    assert got == pytest.approx({"d": 0.02, "a": 0.03, "c": 0.06, "b": 0.06})
+    assert holm({"a": 0.6, "b": 0.7}) == {"a": 1.0, "b": 1.0} and holm({}) == {}
+
+
+def test_holm_over_eleven_groups_keeps_p_0_003_and_drops_p_0_045():
+    """The audit's example (R3-H1 stage 2's table, 11 groups): VL-CheckList attribute (p 0.003) survives, the
+    COCO-Order p 0.045 does not."""
+    ps = {f"g{i}": 0.5 for i in range(9)} | {"attribute": 0.003, "order": 0.045}
+    got = holm(ps)
+    assert got["attribute"] == pytest.approx(0.033) and got["attribute"] < 0.05
+    assert got["order"] == pytest.approx(0.45) and got["order"] > 0.05
+
+
+def _run(label: str, bits: dict[str, str]) -> dict:
+    """A run whose groups hold the given case strings (each group's score: the share of '1')."""
+    benches: dict = {}
+    for bench, key, name in GROUPS:
+        if name in bits:
+            b = benches.setdefault(bench, {"subsets": {}, "groups": {}, "cases": {}})
+            b["subsets"][key] = {"n": len(bits[name])}
+            b["groups"][key] = bits[name].count("1") / len(bits[name])
+            b["cases"][key] = bits[name]
+    return {"label": label, "benchmarks": benches}
+
+
+def test_a_raw_p_under_alpha_is_unmarked_when_holm_lifts_it(tmp_path):
+    names = [name for _, _, name in GROUPS]
+    strong, weak = names[0], names[1]
+    control = {n: "0" * 40 for n in names}
+    model = {n: "0" * 40 for n in names} | {strong: "1" * 30 + "0" * 10, weak: "1" * 7 + "0" * 33}
+    assert mcnemar([model[weak]], [control[weak]])["p_case"] < 0.05  # 7 / 0 discordant cases: p 0.016 raw
+    write_report({"clip-ft": [_run("clip-ft-s0", control)], "macco": [_run("macco-s0", model)]}, tmp_path, "t")
+    md = (tmp_path / "results.md").read_text()
+    main_table = md.split("###")[0]  # the model x group table, before the tests' tables
+    row = {line.split(" | ")[0][2:]: line for line in main_table.splitlines() if line.startswith("| ")}
+    assert "▲" in row[strong] and "▲" not in row[weak]
+    assert f"Holm's correction over each model's {len(names)} groups" in md
+    tests = json.loads((tmp_path / "results.json").read_text())["paired_tests"]["models"]["macco"]
+    assert tests[weak]["p_case"] < 0.05 < tests[weak]["p_holm"]  # raw p kept beside the corrected one
+
+
+def test_every_p_value_is_re_derived_from_results_json_alone(tmp_path):
+    names = [name for _, _, name in GROUPS][:4]
+    runs = {"clip-ft": [_run(f"clip-ft-s{s}", {n: ("10" * 21)[s:s + 40] for n in names}) for s in (0, 1)],
+            "macco": [_run(f"macco-s{s}", {n: ("110" * 20)[s + i:s + i + 40] for i, n in enumerate(names)})
+                      for s in (1, 0)]}
+    write_report(runs, tmp_path, "t")
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["cases"] == case_outcomes(runs)
+    ctrl = {r["seed"]: r["groups"] for r in data["cases"]["clip-ft"]}
+    for name, stored in data["paired_tests"]["models"]["macco"].items():
+        pairs = [(r["groups"][name], ctrl[r["seed"]][name]) for r in data["cases"]["macco"]]
+        again = mcnemar([m for m, _ in pairs], [c for _, c in pairs])
+        assert {k: stored[k] for k in again} == again
+    adjusted = holm({n: r["p_case"] for n, r in data["paired_tests"]["models"]["macco"].items()})
+    assert adjusted == {n: r["p_holm"] for n, r in data["paired_tests"]["models"]["macco"].items()}
