@@ -117,6 +117,16 @@ def run_trigger() -> str:
     return f"{name}, deployment {deployment.name}" if deployment.name else name
 
 
+def _value(out):
+    """A task's return value; a Failed state it returned (``user_failure``) raises the user's error it holds."""
+    from prefect.states import State
+
+    if isinstance(out, State):
+        exc = out.result(raise_on_failure=False)
+        raise exc if isinstance(exc, BaseException) else RuntimeError(out.message)
+    return out
+
+
 class PrefectExecutor:
     """Runs a stage as Prefect tasks: its shards mapped over the flow's task runner, then its task."""
 
@@ -132,7 +142,7 @@ class PrefectExecutor:
             call.extra["trigger"] = run_trigger()
         run_name = f"{stage.name}-{call.label}" if call.label else stage.name
         t = stage_task.with_options(refresh_cache=True) if refresh else stage_task
-        return t(stage.name, run_name, call, call.key)
+        return _value(t(stage.name, run_name, call, call.key))
 
     def _shards(self, stage: Stage, call: Call) -> None:
         from prefect.futures import as_completed
