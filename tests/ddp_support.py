@@ -1,4 +1,4 @@
-"""One MACCO step on a global batch, in one process or split over gloo processes (tests/unit/test_ddp.py)."""
+"""One MACCO step on a global batch, in one process or split over gloo processes (tests/unit/test_train.py)."""
 from __future__ import annotations
 
 from pathlib import Path

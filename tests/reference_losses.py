@@ -1,5 +1,6 @@
 """The plain reference computations of the MACCO terms: the oracle the training step (``MaccoTask.forward``, the
-functions of ``model/losses.py``, the predictors' ``predict``) is compared with in tests/unit/test_model.py.
+functions of ``model/losses.py``, the predictors' ``predict``) is compared with in tests/unit/test_task.py,
+test_losses.py and test_predictors.py.
 
 Everything the reference code's way, with none of the step's shortcuts: full and masked copies as one 2B pass
 at all 77 text positions, the predictors' decoders run at every query position (not through

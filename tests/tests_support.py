@@ -252,3 +252,351 @@ def build_world_tables(world: Path, out: Path, clip_model: str | None = None) ->
     ground_stage(GroundingConfig(), caps, sg, world, out / "ground",
                  instances=read_instances(world, ["train", "val", "test"]))
     return caps
+
+
+# ---- shared by the test files of several modules ---------------------------------------------------------------
+REPO = Path(__file__).resolve().parents[1]
+CAPTION = "a red circle left of a blue square"
+
+
+def one_line_error(capsys, verb: str) -> str:
+    """stderr of a ``macco <verb>`` that failed with one line (and no traceback); Prefect's logging-error reports
+    left out (``without_logging_errors``)."""
+    err = without_logging_errors(capsys.readouterr().err)
+    assert "Traceback" not in err and err.count("\n") == 1 and err.startswith(f"macco {verb}: "), err
+    return err
+
+
+def strict_one_line_error(capsys, verb: str) -> str:
+    """``one_line_error`` on stderr as it is (nothing left out)."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1 and err.startswith(f"macco {verb}: "), err
+    return err
+
+
+def png(path: Path, size=(40, 30)) -> Path:
+    from PIL import Image
+
+    Image.new("RGB", size, (200, 10, 10)).save(path)
+    return path
+
+
+def coco_json(path, annotations, images=({"id": 1, "file_name": "one.png", "width": 40, "height": 30},)):
+    import json
+
+    path.write_text(json.dumps({"images": list(images), "annotations": annotations}))
+    return path
+
+
+def read_errors(out: Path) -> list[dict]:
+    from data_schemas import TABLES, read_table
+
+    return read_table(TABLES["errors"], out / "errors").to_pylist()
+
+
+def read_captions(out: Path) -> list[dict]:
+    from data_schemas import TABLES, read_table
+
+    return read_table(TABLES["captions"], out / "captions").to_pylist()
+
+
+def error_rows(n: int, message: str = "m") -> list[dict]:
+    return [dict(stage="s", item_id=str(i), reason="r", message=message) for i in range(n)]
+
+
+def tiny_flow_config(tmp_path: Path, **over) -> Path:
+    """configs/tiny.yaml with its artifacts under ``tmp_path`` and ``over``'s sections, written to tmp_path/c.yaml."""
+    import yaml
+
+    cfg = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
+    cfg["artifacts"] = str(tmp_path / "artifacts")
+    cfg.update(over)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    return tmp_path / "c.yaml"
+
+
+@pytest.fixture()
+def world_tables_copy(world, world_tables, tmp_path):
+    """The session world's tables copied where a test may add to them (captions, parse, ground, masks)."""
+    import shutil
+
+    t = tmp_path / "T"
+    for name in ("captions", "scene_graphs", "token_masks"):
+        shutil.copytree(world_tables[name], t / name)
+    shutil.copytree(world_tables["root"] / "ground", t / "ground")
+    return t
+
+
+@pytest.fixture()
+def captions_and_errors_tables(tmp_path):
+    """A captions table and an errors table under tmp_path/T (as `macco captions --out T` writes them)."""
+    from macco.cli import main
+    from pipeline.world import WorldConfig, generate_world
+
+    generate_world(tmp_path / "w", WorldConfig(seed=1, images=6, size=32, eval_fraction=0.5, benchmarks=False))
+    assert main(["captions", str(tmp_path / "w"), "--out", str(tmp_path / "T")]) == 0
+    return tmp_path / "T"
+
+
+@pytest.fixture()
+def artifacts_cwd(world_tables, tmp_path, monkeypatch):
+    """A copy of the session tables as ``artifacts/`` in a fresh working directory (the README's paths)."""
+    import shutil
+
+    shutil.copytree(world_tables["root"], tmp_path / "artifacts")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "artifacts"
+
+
+def micro_train_config(world, world_tables, out: Path, **kw):
+    """A macco-micro training config on the session tables (4 steps at batch 8), ``kw`` on top."""
+    from model.train import load_config
+
+    base = dict(arch="macco-micro", batch_size=8, max_steps=4, workers=0, lr_clip=1e-3, lr_predictor=1e-3, warmup=1,
+                log_every=1, progress=False, out_dir=str(out), image_root=str(world),
+                tables={k: str(v) for k, v in world_tables.items() if k != "root"})
+    return load_config(None, [], **{**base, **kw})
+
+
+# ---- model tests: a macco-micro CLIP and a batch ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def micro_clip():
+    import open_clip
+    import torch
+
+    from model.factory import register_model_configs
+
+    register_model_configs()
+    torch.manual_seed(0)
+    return open_clip.create_model("macco-micro")
+
+
+@pytest.fixture(scope="module")
+def micro_batch():
+    import open_clip
+    import torch
+
+    tok = open_clip.get_tokenizer("macco-micro")
+    t = tok(["a red circle left of a blue square", "a dog on a couch", "two cats"])
+    torch.manual_seed(1)
+    img = torch.randn(3, 3, 32, 32)
+    tm = torch.zeros(3, 77, dtype=torch.bool)
+    tm[0, 2] = tm[0, 4] = tm[1, 3] = True
+    im = torch.zeros(3, 16, dtype=torch.bool)
+    im[0, :4] = im[1, 5:9] = True
+    return img, t, tm, im
+
+
+# ---- tables: a clean row per table (each DuckDB check passes) ---------------------------------------------------
+def clean_rows():
+    from datetime import datetime, timezone
+
+    cap = "a red circle left of a blue square"
+    return {
+        "captions": [{"caption_id": 1, "image_id": 10, "file_name": "a.jpg", "width": 64, "height": 48,
+                      "caption": cap, "split": "train"},
+                     {"caption_id": 2, "image_id": 10, "file_name": "a.jpg", "width": 64, "height": 48,
+                      "caption": "a blue square", "split": "train"}],
+        "scene_graphs": [
+            dict(caption_id=1, concept_id=0, kind="object", text="circle", char_start=6, char_end=12,
+                 subject_id=None, object_id=None, phrase="circle", parser="rules"),
+            dict(caption_id=1, concept_id=1, kind="object", text="square", char_start=28, char_end=34,
+                 subject_id=None, object_id=None, phrase="square", parser="rules"),
+            dict(caption_id=1, concept_id=2, kind="attribute", text="red", char_start=2, char_end=5,
+                 subject_id=None, object_id=0, phrase="red circle", parser="rules"),
+            dict(caption_id=1, concept_id=3, kind="relation", text="left of", char_start=13, char_end=20,
+                 subject_id=0, object_id=1, phrase="circle left of square", parser="rules"),
+        ],
+        "token_masks": [
+            dict(caption_id=1, tokenizer="clip-bpe", token_ids=[49406, 320, 736, 2866, 1823, 539, 320, 1746,
+                                                              5468, 49407] + [0] * 67,
+                 eot_idx=9, relation_idx=[4, 5], attribute_idx=[2], object_idx=[3, 8], unmatched=[],
+                 truncated=False),
+            dict(caption_id=2, tokenizer="clip-bpe", token_ids=[49406, 320, 1746, 5468, 49407] + [0] * 72,
+                 eot_idx=4, relation_idx=[], attribute_idx=[2], object_idx=[3], unmatched=[], truncated=False),
+        ],
+        "regions": [
+            dict(caption_id=1, concept_id=2, box_id=0, image_id=10, phrase="red circle",
+                 box_xyxy=[1.0, 2.0, 20.0, 30.0], score=1.0, label="circle", backend="annotations"),
+            dict(caption_id=1, concept_id=3, box_id=0, image_id=10, phrase="circle left of square",
+                 box_xyxy=[1.0, 2.0, 20.0, 30.0], score=0.9, label="circle", backend="annotations"),
+            dict(caption_id=1, concept_id=3, box_id=1, image_id=10, phrase="circle left of square",
+                 box_xyxy=[30.0, 2.0, 64.0, 48.0], score=0.9, label="square", backend="annotations"),
+        ],
+        "patch_masks": [
+            dict(caption_id=1, concept_id=2, grid=8, image_id=10, patch_idx=[0, 1, 8, 9], image_size=64,
+                 patch_size=8, preprocess="resize-center-crop"),
+            dict(caption_id=1, concept_id=3, grid=8, image_id=10, patch_idx=[0, 1, 63], image_size=64,
+                 patch_size=8, preprocess="resize-center-crop"),
+        ],
+        "errors": [dict(stage="captions", item_id="9", reason="empty_caption", message="empty")],
+        "eval_results": [dict(eval_id="e1", run="macco-s0", benchmark="sugarcrepe", level="subset", subset="swap_att",
+                              model_id="m", n=10, correct=7, accuracy=0.7, ties=0, missing_images=0,
+                              checkpoint_sha256="abc", config="{}", config_key="k", protocol="authors",
+                              activation="gelu", code_version="c", trigger="macco eval",
+                              created=datetime(2026, 1, 1, tzinfo=timezone.utc))],
+        "official": [dict(caption_id=1, objects=["circle", "square"], relations=["left of"], attributes=["red", "blue"],
+                          relation_phrases=["circle left of square"], attribute_phrases=["red circle", "blue square"],
+                          phrase_boxes='{"red circle": [[1, 2, 20, 40]]}', neg_captions=[])],
+    }
+
+
+def write_all(root, rows):
+    from data_schemas import TABLES, write_table
+
+    out = {}
+    for name, r in rows.items():
+        spec = TABLES[name]
+        out[name] = root / name
+        write_table(spec, out[name], spec.from_rows(r), config={"t": name}, code_version="test")
+    return out
+
+
+# ---- evaluation: fake encoders, benchmark files in their original formats, results ------------------------------
+class FakeEncoder:
+    """Deterministic features: images by path, texts by string, from dicts (unknown -> a fixed vector)."""
+
+    def __init__(self, img=None, txt=None, dim=4):
+        self.img, self.txt, self.dim = img or {}, txt or {}, dim
+
+    def _v(self, table, key):
+        import numpy as np
+
+        v = np.asarray(table.get(key, np.ones(self.dim)), dtype=np.float64)
+        return v / np.linalg.norm(v)
+
+    def images(self, keys):
+        import numpy as np
+
+        return np.stack([self._v(self.img, k[0]) for k in keys]) if keys else np.zeros((0, self.dim))
+
+    def texts(self, texts):
+        import numpy as np
+
+        return np.stack([self._v(self.txt, t) for t in texts]) if texts else np.zeros((0, self.dim))
+
+
+GOOD_FEATURE, BAD_FEATURE = [1.0, 0, 0, 0], [-1.0, 0, 0, 0]  # against ProtocolEncoder's default image: right / wrong
+
+
+class ProtocolEncoder:
+    """Images: a fixed vector (or by path); texts by string (unknown -> zeros + a tiny distinct component)."""
+
+    activation = "fake"
+
+    def __init__(self, txt=None, img=None):
+        self.txt, self.img = txt or {}, img or {}
+
+    def images(self, keys):
+        import numpy as np
+
+        return np.stack([np.asarray(self.img.get(k[0], [0.5, 0.5, 0.5, 0.5])) for k in keys]) if keys \
+            else np.zeros((0, 4))
+
+    def texts(self, texts):
+        import numpy as np
+
+        return np.stack([np.asarray(self.txt.get(t, [0, 0, 0, 0.1]), dtype=float) for t in texts]) if texts \
+            else np.zeros((0, 4))
+
+
+class DictEncoder:
+    """Features from dicts: images by path, texts by string (an unknown key is an error, not a default)."""
+
+    def __init__(self, img=None, txt=None):
+        self.img, self.txt = img or {}, txt or {}
+
+    @staticmethod
+    def _unit(v):
+        import numpy as np
+
+        v = np.asarray(v, dtype=np.float64)
+        return v / np.linalg.norm(v)
+
+    def images(self, keys):
+        import numpy as np
+
+        return np.stack([self._unit(self.img[str(p)]) for p, _ in keys])
+
+    def texts(self, texts):
+        import numpy as np
+
+        return np.stack([self._unit(self.txt[t]) for t in texts])
+
+
+def blank_image(path):
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (8, 8)).save(path)
+
+
+def coloured_png(path: Path, colour=(200, 30, 30)) -> Path:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (16, 16), colour).save(path)
+    return path
+
+
+def dump_json(path, obj):
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+
+
+def micro_checkpoint(tmp_path):
+    import open_clip
+    import torch
+
+    from model.factory import register_model_configs
+
+    register_model_configs()
+    torch.manual_seed(0)
+    p = tmp_path / "m.pt"
+    torch.save({"state_dict": open_clip.create_model("macco-micro").state_dict()}, p)
+    return p
+
+
+def micro_eval_cli(*args: str) -> int:
+    from macco.cli import main
+
+    return main(["eval", "--model", "macco-micro", *([] if "--checkpoint" in args else ["--random-init"]), *args])
+
+
+def vlc_original(root, files, n=6, missing=()):
+    """Original release layout: data/<file>.json records [path, {POS, NEG}] and images under images/<source>/."""
+    for rel in files:
+        recs = [[f"VG_100K/{rel.replace('/', '_')}_{i}.jpg", {"POS": [f"pos {i}"], "NEG": [f"neg {i}"]}]
+                for i in range(n)]
+        dump_json(root / "data" / f"{rel}.json", recs)
+        src = rel.split("/")[1]
+        for i in range(n):
+            if i not in missing:
+                blank_image(root / "images" / src / "VG_100K" / f"{rel.replace('/', '_')}_{i}.jpg")
+
+
+def eval_json(label: str | None, whatsup: str, vgr: str = "1100") -> dict:
+    """An evaluation result as ``macco eval --out`` / the evaluate stage write it: What's Up and VG-R groups
+    with their per-case strings ('1' right, '0' wrong)."""
+    res = {"model": "macco-micro", "benchmarks": {
+        "whatsup": {"subsets": {"controlled_a": {"n": len(whatsup)}},
+                    "groups": {"whatsup_macro": whatsup.count("1") / len(whatsup)},
+                    "cases": {"whatsup_macro": whatsup}},
+        "aro-vgr": {"subsets": {"on": {"n": len(vgr)}}, "groups": {"macro": vgr.count("1") / len(vgr)},
+                    "cases": {"macro": vgr}}}}
+    if label is not None:
+        res["label"] = label
+    return res
+
+
+def evaluation(run: str, subsets: int = 2) -> dict:
+    """One evaluation's result as ``model.benchmarks.evaluate`` returns it."""
+    import uuid
+
+    return {"model": "macco-micro", "run": run, "checkpoint_sha256": f"sha-{run}", "eval_id": uuid.uuid4().hex,
+            "code_version": "c", "created": "2026-12-03T00:00:00.000000Z", "activation": "gelu",
+            "benchmarks": {"sugarcrepe": {"subsets": {f"s{i}": {"n": 10, "correct": i, "accuracy": i / 10}
+                                                      for i in range(subsets)}}}}

@@ -1,5 +1,6 @@
-"""End-to-end: the Prefect flow on a tiny world under prefect_test_harness; caching, forcing, a killed and
-resumed run, a real server + deployment + process worker, and preprocessing shards on a local Dask cluster."""
+"""End-to-end: the Prefect flow (flows/pipeline.py) on a tiny world under prefect_test_harness; caching, forcing, a
+killed and resumed run, a real server + deployment + process worker, preprocessing shards on a local Dask cluster,
+and the whole flow on SigLIP-shaped local-dir folders (every training mode; the tokenizer stage the demo uses)."""
 from __future__ import annotations
 
 import json
@@ -197,3 +198,85 @@ def test_preprocessing_shards_on_a_local_dask_cluster(harness, tmp_path):
     out = run_flow(str(cfg), stages=["world", "captions", "parse", "ground"])
     assert out["parse"]["outputs"]["scene_graphs"]["rows"] > 0
     assert out["ground"]["outputs"]["regions"]["rows"] > 0
+
+
+def test_every_mode_on_siglip_through_the_flow(harness, tmp_path):
+    """The whole flow on a SigLIP-shaped local-dir folder: the tables in its tokenizer and patch grid, every
+    training mode with the sigmoid objective, the evaluation and the probes on the world; a changed tokenizer
+    file is a new parse (and train) key, never a cache hit."""
+    import yaml
+
+    from model.factory import CONFIG_DIR
+    from pipeline.world import WorldConfig, generate_world
+    from pipeline.siglip_folder import build_siglip_folder
+    from tests_support import run_flow_states
+
+    world_cfg = {"seed": 3, "images": 30, "size": 32, "eval_fraction": 0.3}
+    generate_world(tmp_path / "w", WorldConfig(**world_cfg))  # the same world the flow makes: its captions
+    coco = json.loads((tmp_path / "w" / "annotations" / "captions_train2014.json").read_text())
+    folder = build_siglip_folder([a["caption"] for a in coco["annotations"]], tmp_path / "siglip",
+                                 json.loads((CONFIG_DIR / "macco-siglip-tiny.json").read_text()), context_length=32,
+                                 vocab_size=400)
+    modes = {"clip-ft": {"mode": "clip-ft"}, "macco": {"mode": "macco"}, "text-only": {"mode": "text-only"},
+             "image-only": {"mode": "image-only"}, "macco-no-mca": {"mode": "macco", "mca": False},
+             "macco-no-mir": {"mode": "macco", "mir": False}, "macco-hn": {"mode": "macco", "hardneg": True}}
+    cfg = {"name": "siglip", "artifacts": str(tmp_path / "artifacts"), "world": world_cfg,
+           "parse": {"clip_model": folder, "shard_size": 50}, "ground": {"backend": "annotations", "shard_size": 8},
+           "masks": {"models": [folder]},
+           "validate": {"params": {"min_text_mask_coverage": 0.9, "min_grounded_coverage": 0.9}},
+           "train": {"arch": folder, "runs": modes,
+                     "common": {"max_steps": 2, "batch_size": 16, "workers": 0, "log_every": 1, "lr_clip": 1e-3}},
+           "evaluate": {"benchmarks": ["aro-vgr", "sugarcrepe", "whatsup"], "settings": {"vga_min_count": 1}}}
+    path = tmp_path / "siglip.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out, states = run_flow_states(path)
+    assert set(out["train"]) == set(modes) and all(s == "Completed" for s in states["train"])
+    for label, runs in out["evaluate"].items():
+        res = json.loads(Path(runs[0]["results"]).read_text())
+        assert set(res["benchmarks"]) == {"aro-vgr", "sugarcrepe", "whatsup"}, label
+        assert "r2_x" in res["probes"]["image_global"] and res["probes"]["text"]["relation_swap_cosine"] > 0, label
+    masks = out["masks"]["outputs"]["patch_masks"]
+    from data_schemas import TABLES, read_table
+
+    assert set(read_table(TABLES["patch_masks"], masks["dir"]).column("grid").to_pylist()) == {4}
+    report = (tmp_path / "artifacts" / "runs" / "siglip" / "results.md").read_text()
+    assert "macco-hn" in report
+    # the tokenizer folder is an input: editing a file in it re-parses (and retrains), never a cache hit
+    (Path(folder.removeprefix("local-dir:")) / "tokenizer_config.json").write_text(
+        (Path(folder.removeprefix("local-dir:")) / "tokenizer_config.json").read_text() + "\n")
+    out2, states2 = run_flow_states(path, stages=["world", "captions", "parse"])
+    assert states2["parse"] == ["Completed"] and out2["parse"]["key"] != out["parse"]["key"]
+
+
+def test_the_tokenizer_stage_builds_the_siglip_folder_the_demo_uses(harness, tmp_path):
+    """configs/demo-siglip.yaml's shape at a few steps: the tokenizer stage trains a tokenizer on the world's
+    training captions and writes the model folder; built:tokenizer is that folder for parse, masks and train;
+    a rerun is all Cached."""
+    import yaml
+
+    from flows.config import load_config
+    from tests_support import run_flow_states
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "demo-siglip.yaml").read_text())
+    cfg.update(artifacts=str(tmp_path / "artifacts"), world={"seed": 3, "images": 30, "size": 32, "eval_fraction": 0.3},
+               tokenizer={"arch": "macco-siglip-tiny", "vocab_size": 400, "context_length": 32})
+    cfg["parse"]["shard_size"] = 50
+    cfg["ground"]["shard_size"] = 8
+    cfg["validate"] = {"params": {"min_text_mask_coverage": 0.9, "min_grounded_coverage": 0.9}}
+    for section in (*cfg["train"]["base"], cfg["train"]["common"]):
+        section.update(max_steps=2, batch_size=16)
+    cfg["train"]["common"].update(workers=0, log_every=1)
+    cfg["evaluate"] = {"benchmarks": ["sugarcrepe", "whatsup"], "settings": {"vga_min_count": 1}}
+    path = tmp_path / "demo-siglip.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out, states = run_flow_states(path)
+    folder = out["tokenizer"]["outputs"]["tokenizer"]["folder"]
+    assert folder.startswith("local-dir:") and (Path(folder[len("local-dir:"):]) / "tokenizer.json").is_file()
+    train_caps = sum(1 for r in json.loads((Path(out["world"]["dir"]) / "annotations" /
+                                            "captions_train2014.json").read_text())["annotations"])
+    assert out["tokenizer"]["captions"] == train_caps > 0  # the training split only
+    assert all(r["arch"] == folder for runs in out["train"].values() for r in runs)
+    _, again = run_flow_states(path)
+    assert set(again["tokenizer"]) == {"Cached"} and set(again["train"]) == {"Cached"}
+    with pytest.raises(ValueError, match="built:tokenizer.*tokenizer.arch is not set"):
+        load_config(path, {"tokenizer": {"arch": None}})

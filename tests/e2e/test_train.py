@@ -1,13 +1,18 @@
-"""SigLIP end to end on the world (#18): a SigLIP-shaped local-dir folder (macco-siglip-tiny's architecture and a
-SentencePiece-style tokenizer the test trains on the world's captions), tables tokenized with it, training in
-every mode with the sigmoid objective, resume, and an export that loads in plain open_clip with its tokenizer."""
+"""Training end to end (model/train.py). SigLIP on the world (#18): a SigLIP-shaped local-dir folder
+(macco-siglip-tiny's architecture and a SentencePiece-style tokenizer the test trains on the world's captions), tables
+tokenized with it, training in every mode with the sigmoid objective, resume, the demo's base chain, and an export that
+loads in plain open_clip with its tokenizer. ViT-B/16 and ViT-L/14 (random weights) through MACCO training on CPU: a
+couple of steps at batch 2, the predictor depths and patch grids of the larger backbones, and an export that loads in
+plain open_clip."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+import open_clip
 import pytest
 import torch
+
+from model.train import load_config, train
 
 pytestmark = pytest.mark.e2e
 
@@ -101,54 +106,6 @@ def test_a_fine_tune_of_a_local_dir_starts_from_its_base_export(world, siglip_ta
     assert not all(torch.equal(v, state[k]) for k, v in plain.state_dict().items())
 
 
-def test_every_mode_on_siglip_through_the_flow(harness, tmp_path):
-    """The whole flow on a SigLIP-shaped local-dir folder: the tables in its tokenizer and patch grid, every
-    training mode with the sigmoid objective, the evaluation and the probes on the world; a changed tokenizer
-    file is a new parse (and train) key, never a cache hit."""
-    import yaml
-
-    from model.factory import CONFIG_DIR
-    from pipeline.world import WorldConfig, generate_world
-    from pipeline.siglip_folder import build_siglip_folder
-    from tests_support import run_flow_states
-
-    world_cfg = {"seed": 3, "images": 30, "size": 32, "eval_fraction": 0.3}
-    generate_world(tmp_path / "w", WorldConfig(**world_cfg))  # the same world the flow makes: its captions
-    coco = json.loads((tmp_path / "w" / "annotations" / "captions_train2014.json").read_text())
-    folder = build_siglip_folder([a["caption"] for a in coco["annotations"]], tmp_path / "siglip",
-                                 json.loads((CONFIG_DIR / "macco-siglip-tiny.json").read_text()), context_length=32,
-                                 vocab_size=400)
-    modes = {"clip-ft": {"mode": "clip-ft"}, "macco": {"mode": "macco"}, "text-only": {"mode": "text-only"},
-             "image-only": {"mode": "image-only"}, "macco-no-mca": {"mode": "macco", "mca": False},
-             "macco-no-mir": {"mode": "macco", "mir": False}, "macco-hn": {"mode": "macco", "hardneg": True}}
-    cfg = {"name": "siglip", "artifacts": str(tmp_path / "artifacts"), "world": world_cfg,
-           "parse": {"clip_model": folder, "shard_size": 50}, "ground": {"backend": "annotations", "shard_size": 8},
-           "masks": {"models": [folder]},
-           "validate": {"params": {"min_text_mask_coverage": 0.9, "min_grounded_coverage": 0.9}},
-           "train": {"arch": folder, "runs": modes,
-                     "common": {"max_steps": 2, "batch_size": 16, "workers": 0, "log_every": 1, "lr_clip": 1e-3}},
-           "evaluate": {"benchmarks": ["aro-vgr", "sugarcrepe", "whatsup"], "settings": {"vga_min_count": 1}}}
-    path = tmp_path / "siglip.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    out, states = run_flow_states(path)
-    assert set(out["train"]) == set(modes) and all(s == "Completed" for s in states["train"])
-    for label, runs in out["evaluate"].items():
-        res = json.loads(Path(runs[0]["results"]).read_text())
-        assert set(res["benchmarks"]) == {"aro-vgr", "sugarcrepe", "whatsup"}, label
-        assert "r2_x" in res["probes"]["image_global"] and res["probes"]["text"]["relation_swap_cosine"] > 0, label
-    masks = out["masks"]["outputs"]["patch_masks"]
-    from data_schemas import TABLES, read_table
-
-    assert set(read_table(TABLES["patch_masks"], masks["dir"]).column("grid").to_pylist()) == {4}
-    report = (tmp_path / "artifacts" / "runs" / "siglip" / "results.md").read_text()
-    assert "macco-hn" in report
-    # the tokenizer folder is an input: editing a file in it re-parses (and retrains), never a cache hit
-    (Path(folder.removeprefix("local-dir:")) / "tokenizer_config.json").write_text(
-        (Path(folder.removeprefix("local-dir:")) / "tokenizer_config.json").read_text() + "\n")
-    out2, states2 = run_flow_states(path, stages=["world", "captions", "parse"])
-    assert states2["parse"] == ["Completed"] and out2["parse"]["key"] != out["parse"]["key"]
-
-
 def test_the_demo_base_chain_on_siglip(world, siglip_tables, siglip_dir, tmp_path):
     """mode scene on SigLIP towers (heads on the MAP feature) trains the image tower only; then clip-ft with
     lock_image trains the text tower only against it: the demo's base recipe, on SigLIP."""
@@ -166,35 +123,28 @@ def test_the_demo_base_chain_on_siglip(world, siglip_tables, siglip_dir, tmp_pat
     assert not all(torch.equal(a[k], b[k]) for k in txt)
 
 
-def test_the_tokenizer_stage_builds_the_siglip_folder_the_demo_uses(harness, tmp_path):
-    """configs/demo-siglip.yaml's shape at a few steps: the tokenizer stage trains a tokenizer on the world's
-    training captions and writes the model folder; built:tokenizer is that folder for parse, masks and train;
-    a rerun is all Cached."""
-    import yaml
-
-    from flows.config import load_config
-    from tests_support import run_flow_states
-
-    cfg = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "demo-siglip.yaml").read_text())
-    cfg.update(artifacts=str(tmp_path / "artifacts"), world={"seed": 3, "images": 30, "size": 32, "eval_fraction": 0.3},
-               tokenizer={"arch": "macco-siglip-tiny", "vocab_size": 400, "context_length": 32})
-    cfg["parse"]["shard_size"] = 50
-    cfg["ground"]["shard_size"] = 8
-    cfg["validate"] = {"params": {"min_text_mask_coverage": 0.9, "min_grounded_coverage": 0.9}}
-    for section in (*cfg["train"]["base"], cfg["train"]["common"]):
-        section.update(max_steps=2, batch_size=16)
-    cfg["train"]["common"].update(workers=0, log_every=1)
-    cfg["evaluate"] = {"benchmarks": ["sugarcrepe", "whatsup"], "settings": {"vga_min_count": 1}}
-    path = tmp_path / "demo-siglip.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    out, states = run_flow_states(path)
-    folder = out["tokenizer"]["outputs"]["tokenizer"]["folder"]
-    assert folder.startswith("local-dir:") and (Path(folder[len("local-dir:"):]) / "tokenizer.json").is_file()
-    train_caps = sum(1 for r in json.loads((Path(out["world"]["dir"]) / "annotations" /
-                                            "captions_train2014.json").read_text())["annotations"])
-    assert out["tokenizer"]["captions"] == train_caps > 0  # the training split only
-    assert all(r["arch"] == folder for runs in out["train"].values() for r in runs)
-    _, again = run_flow_states(path)
-    assert set(again["tokenizer"]) == {"Cached"} and set(again["train"]) == {"Cached"}
-    with pytest.raises(ValueError, match="built:tokenizer.*tokenizer.arch is not set"):
-        load_config(path, {"tokenizer": {"arch": None}})
+@pytest.mark.e2e
+@pytest.mark.parametrize("arch,grid,width", [("ViT-B-16", 14, 512), ("ViT-L-14", 16, 768)])
+def test_larger_backbone_trains_and_exports(world, world_tables, tmp_path, arch, grid, width):
+    torch.set_num_threads(2)
+    tables = {k: str(v) for k, v in world_tables.items() if k != "root"}
+    s = train(load_config(None, [], arch=arch, batch_size=2, max_steps=2, lr_clip=1e-5, lr_predictor=1e-3, warmup=1,
+                          workers=0, log_every=1, progress=False, out_dir=str(tmp_path / arch), image_root=str(world),
+                          tables=tables))
+    assert s["steps"] == 2 and all(torch.isfinite(torch.tensor(h["total_loss"])) for h in s["history"])
+    task = torch.load(s["checkpoint"], weights_only=True)["task"]
+    depth = {p: len({k.split(".")[2] for k in task if k.startswith(f"{p}.cross_blocks.")})
+             for p in ("text_predictor", "image_predictor")}
+    assert depth == {"text_predictor": 4, "image_predictor": 6}  # the reference's depths for B/16 and L/14
+    assert task["clip.visual.positional_embedding"].shape[0] == grid * grid + 1
+    assert task["text_mask_token"].shape == (width,)
+    export = tmp_path / arch / "export"
+    cfg = json.loads((export / "open_clip_config.json").read_text())
+    assert cfg["model_cfg"]["vision_cfg"]["patch_size"] * grid == 224
+    model = open_clip.create_model(f"local-dir:{export}")
+    state = model.state_dict()
+    for k, v in task.items():
+        if k.startswith("clip."):
+            assert torch.equal(state[k[len("clip."):]], v), k
+    with torch.no_grad():
+        assert model.encode_image(torch.zeros(1, 3, 224, 224)).shape == (1, width)

@@ -1,26 +1,16 @@
-"""Faults in the inputs of ``macco parse`` / ``macco ground`` (issue #19): bad captions become error rows,
-image sizes come from the images, the split is explicit, and a malformed input file is one line on stderr."""
+"""Faults in caption files (pipeline/captions.py): bad captions are error rows, image sizes come from the images, the
+split is explicit, malformed / non-UTF-8 / duplicate-id input is an error row or one line."""
+from __future__ import annotations
+
 import json
 
-import pytest
 from PIL import Image
 
 from data_schemas import TABLES, read_table
 from macco.cli import main
 from pipeline.captions_stage import read_caption_input
-
-GOOD = "a red circle left of a blue square"
-
-
-def coco_json(path, annotations, images=({"id": 1, "file_name": "one.png", "width": 40, "height": 30},)):
-    path.write_text(json.dumps({"images": list(images), "annotations": annotations}))
-    return path
-
-
-def one_line_error(capsys, verb: str) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.count("\n") == 1 and err.startswith(f"macco {verb}: "), err
-    return err
+from tests_support import (CAPTION as GOOD, CAPTION, coco_json, one_line_error as lenient_one_line_error, png,
+                           read_captions as captions, read_errors as errors, strict_one_line_error as one_line_error)
 
 
 def test_parse_coco_json_bad_captions_are_error_rows_and_split_defaults_to_train(tmp_path, capsys):
@@ -95,22 +85,30 @@ def test_malformed_jsonl_is_one_line_with_exit_2(tmp_path, capsys):
     assert f"{bad}: line 2: not valid JSON" in one_line_error(capsys, "parse")
 
 
-def test_missing_input_file_and_missing_tables_are_one_line(tmp_path, capsys):
-    assert main(["parse", str(tmp_path / "nope.json"), "--out", str(tmp_path / "o")]) == 2
-    assert "nope.json: file not found" in one_line_error(capsys, "parse")
-    (tmp_path / "empty").mkdir()
-    assert main(["ground", str(tmp_path / "empty")]) == 2
-    assert "table captions" in one_line_error(capsys, "ground")
+def test_jsonl_with_non_utf8_bytes_is_an_error_row_for_parse_and_folder_sources(tmp_path, capsys):
+    png(tmp_path / "a.png")
+    good = json.dumps({"id": 2, "image_id": 1, "caption": CAPTION, "file_name": "a.png"}).encode()
+    (tmp_path / "c.jsonl").write_bytes(b'{"id": 1, "image_id": 1, "caption": "caf\xe9"}\n' + good + b"\n")
+    assert main(["parse", str(tmp_path / "c.jsonl"), "--images", str(tmp_path), "--out", str(tmp_path / "P"),
+                 "--model", "macco-micro"]) == 0
+    assert [c["caption_id"] for c in captions(tmp_path / "P")] == [2]
+    assert [(e["item_id"], e["reason"]) for e in errors(tmp_path / "P")] == [("line:1", "not_utf8")]
+    folder = tmp_path / "f.jsonl"
+    folder.write_bytes(b'{"file_name": "a.png", "caption": "caf\xe9"}\n{"file_name": "a.png", "caption": "ok"}\n')
+    assert main(["captions", str(folder), "--source", "folder", "--out", str(tmp_path / "F")]) == 0
+    assert [c["caption"] for c in captions(tmp_path / "F")] == ["ok"]
+    assert [e["reason"] for e in errors(tmp_path / "F")] == ["not_utf8"]
 
 
-def test_programming_errors_are_not_swallowed(tmp_path, monkeypatch):
-    import pipeline.captions
-
-    def broken(*a, **k):
-        raise ValueError("a bug, not an input problem")
-
-    monkeypatch.setattr(pipeline.captions, "read_caption_file", broken, raising=False)
-    monkeypatch.setattr(pipeline.captions, "read_coco_captions", broken)
-    src = coco_json(tmp_path / "captions_train2014.json", [{"id": 1, "image_id": 1, "caption": GOOD}])
-    with pytest.raises(ValueError, match="a bug"):
-        main(["parse", str(src), "--out", str(tmp_path / "o")])
+def test_coco_json_with_duplicate_annotation_ids_is_refused_as_jsonl_is(tmp_path, capsys):
+    """The issue: accepted with rc 0, then 5 checks failed (the JSONL reader refused such ids)."""
+    png(tmp_path / "one.png")
+    coco = {"images": [{"id": 1, "file_name": "one.png", "width": 40, "height": 30}],
+            "annotations": [{"id": 7, "image_id": 1, "caption": CAPTION}, {"id": 7, "image_id": 1, "caption": "x"}]}
+    (tmp_path / "captions_train2014.json").write_text(json.dumps(coco))
+    assert main(["parse", str(tmp_path / "captions_train2014.json"), "--out", str(tmp_path / "o")]) == 2
+    assert "annotations[1]: id 7 already used at annotations[0]" in lenient_one_line_error(capsys, "parse")
+    (tmp_path / "c.jsonl").write_text("\n".join(json.dumps({"id": 7, "image_id": 1, "caption": c})
+                                                for c in (CAPTION, "x")))
+    assert main(["parse", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "o")]) == 2
+    assert "line 2: id 7 already used at line 1" in lenient_one_line_error(capsys, "parse")

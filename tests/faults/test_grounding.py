@@ -1,17 +1,16 @@
-"""Injected faults in the grounding, parse-shard and training stages (issue #19 items 1, 2, 3): each test fails
-on the code before the fix. Nothing is silently dropped: every bad item is an error row or a clear failure."""
+"""Faults in the grounding stage (pipeline/grounding): non-finite and rejected boxes, images of the wrong size or
+orientation, a failing image, a lone tiny image: error rows, never a crashed or silently wrong stage."""
 from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from data_schemas import TABLES, read_table, write_table
-from pipeline.grounding.base import Box, GroundingConfig, GroundItem
+from data_schemas import TABLES, read_table
+from pipeline.grounding.base import Box, GroundingConfig
 from pipeline.grounding.stage import ground_stage
 
 
@@ -126,71 +125,3 @@ def test_a_lone_tiny_image_in_its_shard_is_an_error_row(tmp_path):
     errs = errors_of(tmp_path / "o")
     assert [(e["item_id"], e["reason"]) for e in errs] == [("image:1", "grounding_failed")]
     assert "mean must have 1 elements" in errs[0]["message"] and m["regions"]["rows"] == 0
-
-
-def test_a_killed_parse_rerun_after_edited_captions_does_not_reuse_old_shards(world_tables, tmp_path):
-    from pipeline.parse_stage import ParseConfig, parse_stage
-
-    caps = read_table(TABLES["captions"], world_tables["captions"]).to_pylist()[:20]
-    cfg = ParseConfig(clip_model="macco-micro", shard_size=10)
-    parse_stage(cfg, caps, tmp_path, only=[0], finalize=False)  # killed after its first shard
-    edited = [{**c, "caption": "a blue square is left of a green circle."} for c in caps]  # same count
-    parse_stage(cfg, edited, tmp_path, reuse=True)
-    sg = read_table(TABLES["scene_graphs"], tmp_path / "scene_graphs").to_pylist()
-    assert {r["caption_id"] for r in sg} == {c["caption_id"] for c in caps}
-    words = {r["text"] for r in sg if r["kind"] == "attribute"}
-    assert words == {"blue", "green"}, words  # no row from the old captions' shard
-
-
-# ---- training ----------------------------------------------------------------------------------------------
-def train_cfg(world, tables, out, **kw):
-    from model.train import load_config
-
-    base = dict(arch="macco-micro", batch_size=8, max_steps=4, workers=0, lr_clip=1e-3, lr_predictor=1e-3,
-                warmup=1, log_every=1, progress=False, out_dir=str(out), image_root=str(world),
-                tables={k: str(v) for k, v in tables.items() if k != "root"})
-    return load_config(None, [], **{**base, **kw})
-
-
-def test_training_on_unreadable_images_fails_instead_of_exporting_an_untrained_model(world, world_tables,
-                                                                                      tmp_path):
-    from model.train import TooManySkipped, train
-
-    root = tmp_path / "imgs"
-    shutil.copytree(world, root)
-    for p in (root / "train2014").glob("*.jpg"):
-        p.write_bytes(b"")  # every training image unreadable
-    with pytest.raises(TooManySkipped, match=r"8 of 8 training images .* e\.g\. caption \d+: .*\.jpg"):
-        train(train_cfg(root, world_tables, tmp_path / "r", image_root=str(root)))
-    assert not (tmp_path / "r" / "export").exists()
-
-
-def test_macco_without_any_text_mask_is_an_error(world, world_tables, tmp_path):
-    from model.train import NothingToReconstruct, train
-
-    tm = read_table(TABLES["token_masks"], world_tables["token_masks"]).to_pylist()
-    write_table(TABLES["token_masks"], tmp_path / "tm", TABLES["token_masks"].from_rows(
-        [{**r, "relation_idx": [], "attribute_idx": []} for r in tm]))
-    tables = {**world_tables, "token_masks": tmp_path / "tm"}
-    with pytest.raises(NothingToReconstruct, match="none of the .* training captions has a relation or attribute"):
-        train(train_cfg(world, tables, tmp_path / "r", mode="macco"))
-    assert train(train_cfg(world, tables, tmp_path / "ft", mode="clip-ft", max_steps=1))["steps"] == 1
-
-
-def test_resumed_training_appends_metrics_without_duplicate_steps(world, world_tables, tmp_path):
-    import csv
-
-    from model.train import train
-
-    train(train_cfg(world, world_tables, tmp_path / "r", max_steps=6, save_every=3))
-    # a kill after step 5 leaves rows 1-5 logged and the step-3 checkpoint
-    (tmp_path / "r" / "checkpoints" / "step-0000006.pt").unlink()
-    rows = list(csv.DictReader((tmp_path / "r" / "metrics.csv").open()))
-    with (tmp_path / "r" / "metrics.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows[:5])
-    s = train(train_cfg(world, world_tables, tmp_path / "r", max_steps=6, save_every=3, resume="auto"))
-    assert s["start_step"] == 3
-    steps = [int(r["step"]) for r in csv.DictReader((tmp_path / "r" / "metrics.csv").open())]
-    assert steps == [1, 2, 3, 4, 5, 6]

@@ -1,17 +1,30 @@
-"""Faults in tables on disk and in exported files (issue #19): damaged parts are never served as complete, an
-unreadable table is never overwritten, and written files are readable by the group/others the umask allows."""
+"""Faults in tables on disk (data_schemas/_read.py): damaged, edited or missing parts and hand-edited manifests are
+never served as complete and are named (table and part); an unreadable table is never overwritten."""
+from __future__ import annotations
+
+import json
 import os
+import shutil
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data_schemas import TABLES, TableError, is_complete, read_table, write_table
-from data_schemas import _read
+from data_schemas import TABLES, TableError, _read, is_complete, read_table, write_table
+from macco.cli import main
+from tests_support import error_rows, evaluation, strict_one_line_error as one_line_error
+from tests_support import captions_and_errors_tables as tables  # noqa: F401 (fixtures)
 
 
-def error_rows(n: int, message: str = "m") -> list[dict]:
-    return [dict(stage="s", item_id=str(i), reason="r", message=message) for i in range(n)]
+def _edit_in_place(part: Path) -> None:
+    """Flip bytes inside a part, keeping its size and restoring its mtime (what a size/mtime check trusts)."""
+    st = part.stat()
+    data = bytearray(part.read_bytes())
+    for i in range(len(data) // 3, len(data) // 3 + 200):
+        data[i] ^= 0xFF
+    part.write_bytes(bytes(data))
+    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 @pytest.fixture()
@@ -22,6 +35,88 @@ def table(tmp_path):
     write_table(spec, d, spec.from_rows(error_rows(6)), rows_per_part=3)
     assert is_complete(d) and len(list(d.glob("part-*.parquet"))) == 2
     return d
+
+
+def eval_rows(model_id: str) -> list[dict]:
+    from datetime import datetime, timezone
+
+    return [dict(eval_id="e0", run=model_id, benchmark="sugarcrepe", level="subset", subset="swap_att",
+                 model_id=model_id, n=10, correct=7, accuracy=0.7, ties=0, missing_images=0, checkpoint_sha256="abc",
+                 config="{}", config_key="k", protocol="authors", activation="gelu", code_version="c",
+                 created=datetime(2026, 1, 1, tzinfo=timezone.utc), trigger="macco eval")]
+
+
+def eval_out(model_id: str) -> dict:
+    """An evaluation result as ``model.benchmarks.evaluate`` returns it (what ``append_results`` appends)."""
+    return {"model": model_id, "run": model_id, "checkpoint_sha256": "def", "eval_id": f"e-{model_id}",
+            "code_version": "c", "created": "2026-01-02T00:00:00.000000Z",
+            "benchmarks": {"sugarcrepe": {"subsets": {"swap_att": {"n": 10, "accuracy": 0.5}}}}}
+
+
+def test_a_part_edited_in_place_is_named_by_validate(tables, capsys):
+    """The issue: a same-size edit with the mtime restored made validate die with DuckDB's 'Corrupted file?'
+    naming no table or file."""
+    part = tables / "captions" / "part-00000.parquet"
+    _edit_in_place(part)
+    assert main(["validate", str(tables)]) == 2
+    err = one_line_error(capsys, "validate")
+    assert "table captions" in err and "part-00000.parquet" in err
+    assert main(["validate", str(tables), "--deep"]) == 2
+    assert "part-00000.parquet has sha256" in one_line_error(capsys, "validate")
+
+
+def test_a_damaged_part_read_by_sql_is_named(tables, capsys):
+    _edit_in_place(tables / "captions" / "part-00000.parquet")
+    assert main(["sql", "select * from captions", "--root", str(tables), "--csv"]) == 2
+    err = one_line_error(capsys, "sql")
+    assert "table captions" in err and "part-00000.parquet" in err
+
+
+def test_validate_deep_passes_on_untouched_tables(tables, capsys):
+    assert main(["validate", str(tables), "--deep"]) == 0
+    assert "every part of 2 table(s) is as written" in capsys.readouterr().out
+
+
+def test_an_append_never_replaces_a_folder_that_is_not_a_table(tmp_path):
+    """`--results-table artifacts` (a folder of the user's, tables in its subfolders) was replaced by a new table:
+    every file in it deleted. A non-empty folder without a manifest is refused, one line, untouched."""
+    from data_schemas import TableError
+    from model.benchmarks import EvalConfig, append_results
+
+    folder = tmp_path / "artifacts"
+    (folder / "runA").mkdir(parents=True)
+    (folder / "runA" / "results.json").write_text("{}")
+    (folder / "notes.md").write_text("mine")
+    with pytest.raises(TableError, match="is not a table .* refusing to replace it"):
+        append_results(folder, evaluation("base"), EvalConfig())
+    assert sorted(p.name for p in folder.rglob("*")) == ["notes.md", "results.json", "runA"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    append_results(empty, evaluation("base"), EvalConfig())  # an empty folder becomes the table
+    assert len(read_table(TABLES["eval_results"], empty)) == 2
+
+
+def test_a_manifest_listing_parts_outside_its_table_is_refused(tables, tmp_path, capsys):
+    """A manifest can make `macco sql` serve another folder's file: parts listed outside the table were read."""
+    other = tmp_path / "other"
+    shutil.copytree(tables / "captions", other)
+    m = json.loads((tables / "captions" / "manifest.json").read_text())
+    m["parts"] = [f"../../other/{m['parts'][0]}"]
+    (tables / "captions" / "manifest.json").write_text(json.dumps(m))
+    assert main(["sql", "select count(*) from captions", "--root", str(tables)]) == 2
+    err = capsys.readouterr().err
+    assert "lists part '../../other/part-00000.parquet', not a part file of this folder" in err
+
+
+@pytest.mark.parametrize("content", [b"[1, 2]", b"\xff\xfe\x00", b'{"table": "capt'])
+def test_an_unreadable_manifest_given_as_root_is_one_line(tmp_path, capsys, content):
+    """A JSON list, non-UTF-8 or truncated manifest given as --root was a traceback."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "manifest.json").write_bytes(content)
+    for verb in (["sql", "select 1", "--root"], ["validate"], ["inspect"]):
+        assert main([*verb, str(tmp_path / "t")]) == 2
+        err = capsys.readouterr().err
+        assert "manifest.json: not valid JSON" in err and len(err.strip().splitlines()) == 1
 
 
 def test_part_with_rows_removed_is_not_complete(table):
@@ -72,22 +167,6 @@ def test_unchanged_table_is_not_rehashed_and_a_touched_one_once(table, monkeypat
     assert calls == [1]
 
 
-def eval_rows(model_id: str) -> list[dict]:
-    from datetime import datetime, timezone
-
-    return [dict(eval_id="e0", run=model_id, benchmark="sugarcrepe", level="subset", subset="swap_att",
-                 model_id=model_id, n=10, correct=7, accuracy=0.7, ties=0, missing_images=0, checkpoint_sha256="abc",
-                 config="{}", config_key="k", protocol="authors", activation="gelu", code_version="c",
-                 created=datetime(2026, 1, 1, tzinfo=timezone.utc), trigger="macco eval")]
-
-
-def eval_out(model_id: str) -> dict:
-    """An evaluation result as ``model.benchmarks.evaluate`` returns it (what ``append_results`` appends)."""
-    return {"model": model_id, "run": model_id, "checkpoint_sha256": "def", "eval_id": f"e-{model_id}",
-            "code_version": "c", "created": "2026-01-02T00:00:00.000000Z",
-            "benchmarks": {"sugarcrepe": {"subsets": {"swap_att": {"n": 10, "accuracy": 0.5}}}}}
-
-
 def test_eval_results_with_unreadable_manifest_is_not_replaced(tmp_path):
     from model.benchmarks import EvalConfig, append_results
 
@@ -133,33 +212,3 @@ def test_a_damaged_table_with_a_readable_manifest_is_rewritten(table):
     spec = TABLES["errors"]
     write_table(spec, table, spec.from_rows(error_rows(4)))
     assert is_complete(table) and read_table(spec, table).num_rows == 4
-
-
-@pytest.fixture()
-def umask_022():
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
-
-
-def test_export_and_table_files_are_readable_by_group_and_others(tmp_path, umask_022):
-    import open_clip
-
-    from model.factory import register_model_configs
-    from model.export import export_clip
-
-    register_model_configs()
-    clip = open_clip.create_model("macco-micro")
-    exp = export_clip(clip, "macco-micro", tmp_path / "export")
-    files = [tmp_path / "export" / "open_clip_model.safetensors", tmp_path / "export" / "open_clip_config.json",
-             tmp_path / "export.pt"]
-    spec = TABLES["errors"]
-    write_table(spec, tmp_path / "errors", spec.from_rows(error_rows(3)))
-    files += sorted((tmp_path / "errors").iterdir())
-    assert exp["pt"] == str(tmp_path / "export.pt") and len(files) == 5
-    modes = {f.name: oct(f.stat().st_mode & 0o777) for f in files}
-    assert all(f.stat().st_mode & 0o777 == 0o644 for f in files), modes
-    loaded = open_clip.create_model_and_transforms(f"local-dir:{tmp_path / 'export'}")[0]  # still loads
-    assert loaded.state_dict().keys() == clip.state_dict().keys()

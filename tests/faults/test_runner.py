@@ -1,110 +1,42 @@
-"""Injected faults at the flow level (issue #19 items 2, 4, 5): training killed with SIGKILL and rerun, edited
-instance annotations under a COCO root, a second writer of the same stage."""
+"""Faults at the stage runner (flows/runner.py): a stage whose listed files are gone is not done, a second writer of
+a stage fails with a message, read-only outputs are one line before any work."""
 from __future__ import annotations
 
-import csv
 import json
-import os
-import signal
+import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests_support import prefect_env as env, run_flow_states
-
-REPO = Path(__file__).resolve().parents[2]
-
-pytestmark = pytest.mark.e2e
-UP_TO_TRAIN = ["world", "captions", "parse", "ground", "masks", "validate", "train"]
+from macco.cli import main
+from tests_support import one_line_error, run_flow_states, tiny_flow_config as config
 
 
-def config(tmp_path: Path, **over) -> Path:
-    cfg = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
-    cfg["artifacts"] = str(tmp_path / "artifacts")
-    cfg.update(over)
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    return tmp_path / "c.yaml"
+def test_a_stage_whose_listed_files_are_gone_or_resized_is_not_done(tmp_path):
+    """The world's manifest listed no files: with every training image deleted, world came back Cached."""
+    from flows.records_data import FILE_LIST
+    from flows.runner import STAGE_FILE, stage_done, write_stage
+
+    out = tmp_path / "world"
+    (out / "train2014").mkdir(parents=True)
+    for i in range(3):
+        (out / "train2014" / f"{i}.jpg").write_bytes(b"x" * (10 + i))
+    listing = {str(p.relative_to(out)): p.stat().st_size for p in sorted(out.rglob("*")) if p.is_file()}
+    (out / FILE_LIST).write_text(json.dumps(listing))
+    write_stage(out, {"stage": "world", "content_hash": "h", "file_list": FILE_LIST})
+    assert stage_done(out)
+    (out / "train2014" / "1.jpg").write_bytes(b"y" * 11)  # same size: still done (sizes, not content)
+    assert stage_done(out)
+    (out / "train2014" / "1.jpg").write_bytes(b"y" * 99)  # resized
+    assert not stage_done(out)
+    (out / "train2014" / "1.jpg").write_bytes(b"x" * 11)
+    shutil.rmtree(out / "train2014")
+    assert not stage_done(out) and (out / STAGE_FILE).exists()
 
 
-def macco_run(cfg: Path, tmp_path: Path, **kw):
-    return subprocess.run([sys.executable, "-m", "macco.cli", "run", "--config", str(cfg), "--stages", *UP_TO_TRAIN],
-                          env=env(tmp_path), capture_output=True, text=True, timeout=900, **kw)
-
-
-def export_tensors(run_dir: Path) -> dict:
-    from safetensors.torch import load_file
-
-    return load_file(str(run_dir / "run" / "export" / "open_clip_model.safetensors"))
-
-
-TRAIN = {"arch": "macco-micro", "base": None, "runs": {"macco": {"mode": "macco"}}, "seeds": [0],
-         "common": {"max_steps": 40, "batch_size": 8, "workers": 0, "log_every": 1, "save_every": 5,
-                    "lr_clip": 1.0e-3}}
-
-
-def test_training_killed_with_sigkill_continues_from_its_checkpoint_on_rerun(tmp_path):
-    import torch
-
-    ref = config(tmp_path / "ref", train=TRAIN)
-    r = macco_run(ref, tmp_path / "ref")
-    assert r.returncode == 0, r.stderr[-3000:]
-
-    # the same run with other checkpoint settings: resume and save_every are not part of the run key
-    cfg = config(tmp_path / "kill", train={**TRAIN, "common": {**TRAIN["common"], "save_every": 4}})
-    runs = tmp_path / "kill" / "artifacts" / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "macco.cli", "run", "--config", str(cfg), "--stages", *UP_TO_TRAIN],
-                            env=env(tmp_path / "kill"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.time() + 600
-    ck: list[Path] = []
-    while time.time() < deadline and proc.poll() is None:
-        ck = list(runs.glob("macco-s0-*/run/checkpoints/step-0000012.pt")) if runs.exists() else []
-        if ck:
-            break
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert ck, "training never reached step 12"
-    run_dir = ck[0].parents[2]
-    assert not (run_dir / "stage.json").exists()  # killed mid-run: not done
-    ref_dir = next((tmp_path / "ref" / "artifacts" / "runs").glob("macco-s0-*"))
-    assert run_dir.name == ref_dir.name  # the same key
-
-    r = macco_run(cfg, tmp_path / "kill")
-    assert r.returncode == 0, r.stderr[-3000:]
-    summary = json.loads((run_dir / "run" / "summary.json").read_text())
-    assert summary["start_step"] >= 12 and summary["steps"] == 40  # continued, not restarted
-    steps = [int(row["step"]) for row in csv.DictReader((run_dir / "run" / "metrics.csv").open())]
-    assert steps == list(range(1, 41))  # no duplicate rows from the killed attempt
-    a, b = export_tensors(ref_dir), export_tensors(run_dir)
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.allclose(a[k], b[k], atol=1e-5), k  # equals the uninterrupted run
-
-
-def test_edited_instances_under_a_coco_root_reground(harness, world, tmp_path):
-    import shutil
-
-    root = tmp_path / "coco"
-    shutil.copytree(world, root)
-    cfg = config(tmp_path, data={"root": str(root)}, parse={"clip_model": "macco-micro", "shard_size": 50})
-    stages = ["captions", "parse", "ground"]
-    out, _ = run_flow_states(cfg, stages=stages)
-    inst = root / "annotations" / "instances_train2014.json"
-    data = json.loads(inst.read_text())
-    for a in data["annotations"]:  # corrected boxes: one pixel narrower
-        a["bbox"][2] = max(1, a["bbox"][2] - 1)
-    inst.write_text(json.dumps(data))
-    out2, states = run_flow_states(cfg, stages=stages)
-    assert states["ground"] == ["Completed"]  # not Cached with the old regions
-    assert out2["ground"]["outputs"]["regions"]["content_hash"] != out["ground"]["outputs"]["regions"]["content_hash"]
-
-
+@pytest.mark.e2e
 def test_a_second_writer_of_a_stage_fails_with_a_message(harness, tmp_path):
     from flows.config import load_config
     from flows.pipeline import StageLocked, macco_pipeline
@@ -136,6 +68,7 @@ def test_a_second_writer_of_a_stage_fails_with_a_message(harness, tmp_path):
         pass
 
 
+@pytest.mark.e2e
 def test_deleted_world_images_are_not_served_cached(harness, tmp_path):
     """#28: the world stage's manifest listed no files: with every training image deleted, world through masks
     came back Cached and validate passed. Now the world is regenerated (same content, so downstream stays
@@ -152,3 +85,30 @@ def test_deleted_world_images_are_not_served_cached(harness, tmp_path):
     assert states["world"] == ["Completed"] and len(list(images.iterdir())) == n
     assert out2["world"]["outputs"]["source"]["content_hash"] == out["world"]["outputs"]["source"]["content_hash"]
     assert all(set(states[s]) == {"Cached"} for s in ("captions", "parse", "ground", "masks")), states
+
+
+def test_read_only_outputs_are_one_line_before_any_work(world, tmp_path, capsys, monkeypatch):
+    """Every writer ended in an `OSError [Errno 30]` traceback, and `macco eval --results-table` ran the whole
+    evaluation before failing at the lock, losing the work."""
+    import model.benchmarks as benchmarks
+    from tests_support import read_only_folder
+
+    with read_only_folder(tmp_path / "ro") as ro:
+        assert main(["captions", str(world), "--out", str(ro / "T")]) == 2
+        assert f"{ro / 'T'}: cannot write here ({ro} is read-only" in one_line_error(capsys, "captions")
+        monkeypatch.setattr(benchmarks, "load_encoder", lambda cfg: pytest.fail("evaluated before checking"))
+        assert main(["eval", "--model", "macco-micro", "--random-init", "--benchmark", "aro-vgr", "--world", str(world),
+                     "--results-table", str(ro / "eval_results")]) == 2
+        assert "eval_results: cannot write here" in one_line_error(capsys, "eval")
+        assert main(["world", "--out", str(ro / "w"), "--images", "4"]) == 2
+        assert "cannot write here" in one_line_error(capsys, "world")
+        (tmp_path / "c.yaml").write_text(f"artifacts: {ro / 'artifacts'}\nworld: {{images: 4}}\n")
+        import subprocess
+        import sys
+
+        from tests_support import prefect_env
+
+        r = subprocess.run([sys.executable, "-m", "macco.cli", "run", "--config", str(tmp_path / "c.yaml"),
+                            "--stages", "world"], capture_output=True, text=True, env=prefect_env(tmp_path))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert f"macco run: {ro / 'artifacts'}/world/" in r.stderr and f"cannot write here ({ro} is read-only" in r.stderr

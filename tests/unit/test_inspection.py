@@ -1,80 +1,22 @@
-"""``macco sql`` and ``macco report``, and the README's DuckDB inspection commands run as written."""
+"""pipeline/inspection.py: ``macco inspect``'s summary and DuckDB file, ``macco sql`` over its views (formats, limits,
+errors in one line)."""
+from __future__ import annotations
+
 import csv
 import io
 import json
-import shlex
-import shutil
 from pathlib import Path
 
 import pytest
 
 from macco.cli import main
-from pipeline.report import CHANCE, collect, load_results, results_figure, write_report
-
-README = Path(__file__).resolve().parents[2] / "README.md"
+from tests_support import artifacts_cwd, world_tables_copy as tables  # noqa: F401 (fixtures)
 
 
-def readme_blocks(heading: str) -> list[tuple[str, str]]:
-    """(language, code) of the fenced blocks under ``heading``, up to the next heading outside a block."""
-    lines = README.read_text().splitlines()
-    blocks, fence = [], None
-    for ln in lines[lines.index(heading) + 1:]:
-        if fence is None and ln.startswith("#"):
-            break
-        if ln.startswith("```"):
-            if fence is None:
-                fence = (ln[3:].strip(), [])
-            else:
-                blocks.append((fence[0], "\n".join(fence[1]) + "\n"))
-                fence = None
-        elif fence is not None:
-            fence[1].append(ln)
-    return blocks
-
-
-def readme_commands(heading: str, verb: str) -> list[list[str]]:
-    """The ``macco <verb>`` lines of the section's bash blocks, as argv for ``main`` (comments dropped)."""
-    lines = [ln for lang, code in readme_blocks(heading) if lang == "bash" for ln in code.splitlines()]
-    return [shlex.split(ln, comments=True)[1:] for ln in lines if ln.startswith(f"macco {verb} ")]
-
-
-DUCKDB_HEADING = "### Inspecting the mask tables in DuckDB"
-
-
-@pytest.fixture()
-def artifacts_cwd(world_tables, tmp_path, monkeypatch):
-    """A copy of the session tables as ``artifacts/`` in a fresh working directory (the README's paths)."""
-    shutil.copytree(world_tables["root"], tmp_path / "artifacts")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path / "artifacts"
-
-
-def test_readme_python_duckdb_block_runs_as_written(artifacts_cwd, capsys):
-    """The README's ``macco inspect`` line writes artifacts/macco.duckdb; its Python block's queries run on it."""
-    inspect = readme_commands(DUCKDB_HEADING, "inspect")
-    assert inspect == [["inspect", "artifacts/"]]
-    assert main(inspect[0]) == 0
-    assert (artifacts_cwd / "macco.duckdb").exists()
-    capsys.readouterr()
-    code = [c for lang, c in readme_blocks(DUCKDB_HEADING) if lang == "python"]
-    assert len(code) == 1 and 'duckdb.connect("artifacts/macco.duckdb"' in code[0]
-    exec(compile(code[0], "README.md", "exec"), {})
+def test_inspect_summary_names_its_columns(tables, capsys):
+    assert main(["inspect", str(tables)]) == 0
     out = capsys.readouterr().out
-    # one printed relation per query: grid averages, relation words, unmatched captions, one caption's concepts
-    assert out.count("┌") == code[0].count(".show()") == 4
-    assert "avg(len(patch_idx))" in out and "box_xyxy" in out
-
-
-def test_readme_sql_line_runs_as_written(artifacts_cwd, capsys):
-    """The README's ``macco sql`` line, from the directory holding artifacts/ (the default root)."""
-    import duckdb
-
-    sql = readme_commands(DUCKDB_HEADING, "sql")
-    assert len(sql) == 1 and "--root" not in sql[0]
-    assert main(sql[0]) == 0
-    out = capsys.readouterr().out.splitlines()
-    cols = duckdb.sql(f"select * from read_parquet('{artifacts_cwd}/ground/patch_masks/*.parquet') limit 0").columns
-    assert out[0].split() == cols and out[-1] == "(5 rows)" and len(out) == 2 + 5 + 1
+    assert "top_relations:\n  relation | count\n" in out and "masked_patches_per_phrase:\n  grid | mean | min | max" in out
 
 
 def test_sql_csv_json_and_limit_over_the_inspect_views(world_tables, capsys):
@@ -139,114 +81,6 @@ def test_sql_bad_query_is_one_line_and_exit_2(world_tables, capsys, query, says)
     assert "Traceback" not in err and cap.out == ""
     if "Catalog" in says:
         assert "(views: captions, errors, patch_masks, regions, scene_graphs, token_masks)" in err
-
-
-def test_sql_without_tables_says_where_it_looked(tmp_path, capsys):
-    assert main(["sql", "select 1", "--root", str(tmp_path)]) == 2  # no table: an input error, as for every verb
-    assert capsys.readouterr().err.strip() == f"macco sql: no complete tables under {tmp_path}"
-
-
-# ---- report ----------------------------------------------------------------------------------------------------
-def eval_json(label: str | None, whatsup: str, vgr: str = "1100") -> dict:
-    """An evaluation result as ``macco eval --out`` / the evaluate stage write it: What's Up and VG-R groups
-    with their per-case strings ('1' right, '0' wrong)."""
-    res = {"model": "macco-micro", "benchmarks": {
-        "whatsup": {"subsets": {"controlled_a": {"n": len(whatsup)}},
-                    "groups": {"whatsup_macro": whatsup.count("1") / len(whatsup)},
-                    "cases": {"whatsup_macro": whatsup}},
-        "aro-vgr": {"subsets": {"on": {"n": len(vgr)}}, "groups": {"macro": vgr.count("1") / len(vgr)},
-                    "cases": {"macro": vgr}}}}
-    if label is not None:
-        res["label"] = label
-    return res
-
-
-def test_report_says_spread_only_with_several_seeds(tmp_path):
-    one = {"clip-ft": [eval_json("clip-ft-s0", "000")], "macco": [eval_json("macco-s0", "110")]}
-    md = Path(write_report(one, tmp_path / "one", "t")["markdown"]).read_text()
-    assert "Accuracy in %; one seed per model: no spread estimate." in md
-    assert "standard deviation" not in md and "±" not in md
-    two = {**one, "macco": [eval_json("macco-s0", "110"), eval_json("macco-s1", "111")]}
-    md = Path(write_report(two, tmp_path / "two", "t")["markdown"]).read_text()
-    assert "Accuracy in %; ± is the standard deviation over seeds." in md and "no spread estimate" not in md
-    assert "| What's Up controlled | 3 | 25 | 0.0 | 83.3 ± 23.6 |" in md
-
-
-def test_results_figure_puts_n_under_each_group_and_a_chance_line_per_group():
-    results = {"clip-ft": [eval_json("clip-ft-s0", "0x01", "10")],
-               "macco": [eval_json("macco-s0", "1x10", "11"), eval_json("macco-s1", "1x11", "01")]}
-    table = collect(results)
-    names = ["ARO VG-Relation (macro)", "What's Up controlled"]
-    fig = results_figure(table, names, "t")
-    ax = fig.axes[0]
-    # n: the cases the group pools (What's Up: one case with a missing image left out)
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["ARO VG-Relation (macro)\n(n=2)",
-                                                            "What's Up controlled\n(n=3)"]
-    chance = [c for c in ax.collections if c.get_label() == "chance"]
-    assert len(chance) == 1
-    segs = [tuple(map(tuple, s)) for s in chance[0].get_segments()]
-    assert segs == [((i - 0.45, 100 * CHANCE[n]), (i + 0.45, 100 * CHANCE[n])) for i, n in enumerate(names)]
-    assert [s[0][1] for s in segs] == [50, 25]
-
-
-def write_eval(path: Path, res: dict) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(res))
-    return path
-
-
-def test_report_verb_pairs_seeds_by_run_name(tmp_path, capsys):
-    ctrl0 = write_eval(tmp_path / "e" / "c0" / "results.json", eval_json("clip-ft-s0", "000"))
-    ctrl1 = write_eval(tmp_path / "e" / "c1.json", eval_json("clip-ft-s1", "111"))
-    m1 = write_eval(tmp_path / "e" / "m1.json", eval_json("macco-s1", "111"))
-    m0 = write_eval(tmp_path / "e" / "m0.json", eval_json("macco-s0", "110"))
-    out = tmp_path / "rep"
-    # the control's seed 0 as an evaluate stage directory; macco's seeds out of order
-    assert main(["report", f"clip-ft={ctrl0.parent}", f"clip-ft={ctrl1}", f"macco={m1}", f"macco={m0}",
-                 "--out", str(out), "--title", "T"]) == 0
-    assert f"wrote {out / 'results.md'}" in capsys.readouterr().out
-    md = (out / "results.md").read_text()
-    assert md.startswith("# T\n") and "| clip-ft (2 seeds) | macco (2 seeds) |" in md
-    assert "### macco vs clip-ft: paired tests over 2 seed pair(s)" in md
-    # paired by seed: (110 vs 000), (111 vs 111) -> 2 model-only right, 0 control-only (by order it would be 3 / 1)
-    assert "| What's Up controlled | 3 | 6 | 2 | 0 |" in md
-    assert (out / "results.png").stat().st_size > 0 and (out / "results.json").exists()
-
-
-def test_report_verb_without_run_names_pairs_by_order(tmp_path, capsys):
-    files = [write_eval(tmp_path / f"{k}.json", eval_json(None, bits))
-             for k, bits in (("c0", "000"), ("c1", "111"), ("m0", "111"), ("m1", "110"))]
-    assert main(["report", f"clip-ft={files[0]}", f"clip-ft={files[1]}", f"macco={files[2]}", f"macco={files[3]}",
-                 "--out", str(tmp_path / "rep")]) == 0
-    assert "| What's Up controlled | 3 | 6 | 3 | 1 |" in (tmp_path / "rep" / "results.md").read_text()
-    assert load_results([f"macco={files[2]}"]) == {"macco": [eval_json(None, "111")]}
-
-
-def test_report_verb_errors_are_one_line(tmp_path, capsys):
-    good = write_eval(tmp_path / "good.json", eval_json("macco-s0", "110"))
-    (tmp_path / "bad.json").write_text("{not json")
-    (tmp_path / "empty").mkdir()
-    write_report({"macco": [eval_json("macco-s0", "110")]}, tmp_path / "rep", "t")
-    out = ["--out", str(tmp_path / "o")]
-    cases = [
-        ([str(good)], f"bad results spec {str(good)!r}: expected LABEL=PATH"),
-        (["=" + str(good)], "expected LABEL=PATH"),
-        (["macco="], "expected LABEL=PATH"),
-        ([f"macco={tmp_path / 'missing.json'}"], f"macco: no such file {tmp_path / 'missing.json'}"),
-        ([f"macco={tmp_path / 'empty'}"], f"macco: no such file {tmp_path / 'empty' / 'results.json'}"),
-        ([f"macco={tmp_path / 'bad.json'}"], f"{tmp_path / 'bad.json'}: not valid JSON"),
-        ([f"macco={tmp_path / 'rep'}"], "not an evaluation results.json"),
-        ([f"macco={good}", f"macco={good}"], f"macco: seed 0 given more than once ({good}, {good})"),
-    ]
-    for specs, says in cases:
-        assert main(["report", *specs, *out]) == 2, specs
-        err = capsys.readouterr().err.rstrip("\n")
-        assert "\n" not in err and err.startswith("macco report: ") and says in err, (specs, err)
-    assert not (tmp_path / "o").exists()
-    # a control that was not given is said on stderr, and the report still written
-    assert main(["report", f"macco={good}", f"other={good}", *out, "--control", "base-ft"]) == 0
-    assert "no results labelled 'base-ft' (--control): no paired tests" in capsys.readouterr().err
-    assert "No paired tests: the control 'base-ft' was not evaluated." in (tmp_path / "o" / "results.md").read_text()
 
 
 def test_macco_duckdb_follows_new_rows_and_opens_in_the_duckdb_command(artifacts_cwd, capsys):

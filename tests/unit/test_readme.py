@@ -1,8 +1,8 @@
 """The README's and the documentation pages' shell blocks say only what exists: every ``macco`` command line
 parses with the real CLI (the README's here, the docs pages' in test_docs.py), every ``make`` target is in the
-Makefile, every deployment they run is in prefect.yaml, every config file they name ships. (The blocks that need no
-GPU or user data are run as written elsewhere: the DuckDB inspection block in test_report_sql, the deployment
-block's steps in tests/e2e/test_flow.py, the first hour in tests/e2e/test_readme_commands.py, ``make test`` by CI.)"""
+Makefile, every deployment they run is in prefect.yaml, every config file they name ships. The blocks that need no
+GPU or user data are run as written: the DuckDB inspection block here (its last tests), the deployment block's steps
+in tests/e2e/test_pipeline.py, the first hour in tests/e2e/test_readme_commands.py, ``make test`` by CI."""
 from __future__ import annotations
 
 import re
@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from macco.cli import main
+from tests_support import artifacts_cwd  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -100,3 +103,59 @@ def test_every_deployment_run_line_names_its_config():
     assert runs
     for line in runs:
         assert "config" in line and "configs/" in line, line
+
+
+# ---- the DuckDB inspection block, run as written ---------------------------------------------------------------
+def readme_blocks(heading: str) -> list[tuple[str, str]]:
+    """(language, code) of the fenced blocks under ``heading``, up to the next heading outside a block."""
+    lines = README.read_text().splitlines()
+    blocks, fence = [], None
+    for ln in lines[lines.index(heading) + 1:]:
+        if fence is None and ln.startswith("#"):
+            break
+        if ln.startswith("```"):
+            if fence is None:
+                fence = (ln[3:].strip(), [])
+            else:
+                blocks.append((fence[0], "\n".join(fence[1]) + "\n"))
+                fence = None
+        elif fence is not None:
+            fence[1].append(ln)
+    return blocks
+
+
+def readme_commands(heading: str, verb: str) -> list[list[str]]:
+    """The ``macco <verb>`` lines of the section's bash blocks, as argv for ``main`` (comments dropped)."""
+    lines = [ln for lang, code in readme_blocks(heading) if lang == "bash" for ln in code.splitlines()]
+    return [shlex.split(ln, comments=True)[1:] for ln in lines if ln.startswith(f"macco {verb} ")]
+
+
+DUCKDB_HEADING = "### Inspecting the mask tables in DuckDB"
+
+
+def test_readme_python_duckdb_block_runs_as_written(artifacts_cwd, capsys):
+    """The README's ``macco inspect`` line writes artifacts/macco.duckdb; its Python block's queries run on it."""
+    inspect = readme_commands(DUCKDB_HEADING, "inspect")
+    assert inspect == [["inspect", "artifacts/"]]
+    assert main(inspect[0]) == 0
+    assert (artifacts_cwd / "macco.duckdb").exists()
+    capsys.readouterr()
+    code = [c for lang, c in readme_blocks(DUCKDB_HEADING) if lang == "python"]
+    assert len(code) == 1 and 'duckdb.connect("artifacts/macco.duckdb"' in code[0]
+    exec(compile(code[0], "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    # one printed relation per query: grid averages, relation words, unmatched captions, one caption's concepts
+    assert out.count("┌") == code[0].count(".show()") == 4
+    assert "avg(len(patch_idx))" in out and "box_xyxy" in out
+
+
+def test_readme_sql_line_runs_as_written(artifacts_cwd, capsys):
+    """The README's ``macco sql`` line, from the directory holding artifacts/ (the default root)."""
+    import duckdb
+
+    sql = readme_commands(DUCKDB_HEADING, "sql")
+    assert len(sql) == 1 and "--root" not in sql[0]
+    assert main(sql[0]) == 0
+    out = capsys.readouterr().out.splitlines()
+    cols = duckdb.sql(f"select * from read_parquet('{artifacts_cwd}/ground/patch_masks/*.parquet') limit 0").columns
+    assert out[0].split() == cols and out[-1] == "(5 rows)" and len(out) == 2 + 5 + 1

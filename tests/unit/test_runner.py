@@ -221,3 +221,24 @@ def test_a_file_in_the_way_of_a_stage_folder_is_one_line_before_any_work(tmp_pat
     with pytest.raises(InputFileError, match=rf"{art / 'world'}: is a file, not a folder"):
         Runner(art, ["world"], log=lambda line: None).run(counting_stage(calls), {"seed": 0}, Catalog())
     assert calls == [] and (art / "world").read_text() == "not a folder"
+
+
+def test_a_single_stage_run_without_its_upstream_fails_with_one_line(harness, tmp_path, capsys):
+    """The reevaluate deployment on a config that was never trained: one line naming the missing stage (the
+    flow run's message; `macco run` prints it, exit 2), no traceback."""
+    import yaml
+
+    from flows.pipeline import StageMissing, macco_pipeline
+
+    cfg = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
+    cfg["artifacts"] = str(tmp_path / "artifacts")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    state = macco_pipeline(config=str(tmp_path / "c.yaml"), stages=["evaluate", "report"], force=["evaluate"],
+                           return_state=True)
+    assert state.is_failed() and "\n" not in state.message
+    assert state.message.startswith("stage 'world' is not selected and has no complete output")
+    # every stage it lacks named at once, not one retry at a time
+    assert "(and the stages after it that are not selected: captions, parse, ground, masks, validate, " \
+           "train); run them first" in state.message
+    with pytest.raises(StageMissing):
+        state.result()

