@@ -190,6 +190,16 @@ def _evaluate(call: Call) -> dict:
             "history": history, "content_hash": hashlib.sha256(results.read_bytes()).hexdigest(), "outputs": {}}
 
 
+def evaluation_reads(run: dict, roots_hash: str | None, table_hashes: list[str], probes: bool) -> list:
+    """What an evaluation of ``run`` reads, for its key: the exported weights, the benchmark sets and, with the
+    probes, the tables and the run's training checkpoint (the reconstruction probe and the gradient norms rebuild
+    its predictors from it: two runs with equal exports, e.g. towers frozen, are two evaluations)."""
+    from data_schemas.provenance import file_sha256
+
+    checkpoint = run.get("checkpoint") if probes else None
+    return [run["content_hash"], roots_hash, *table_hashes, *([file_sha256(checkpoint)] if checkpoint else [])]
+
+
 def _drive_evaluate(stage: Stage, plan, runner) -> dict[str, list[dict]]:
     ecfg, cat = plan.cfg.evaluate, plan.catalog
     runs = cat.entry("runs")["runs"]
@@ -210,7 +220,7 @@ def _drive_evaluate(stage: Stage, plan, runner) -> dict[str, list[dict]]:
             raise ConfigError(f"config evaluate.models: {label!r} is not a run of this config ({sorted(runs)})")
         for run in runs[label]:
             evals.setdefault(label, []).append(runner.run(
-                stage, section, inputs, read_hashes=[run["content_hash"], roots_hash, *table_hashes],
+                stage, section, inputs, read_hashes=evaluation_reads(run, roots_hash, table_hashes, probes),
                 label=run["name"],
                 extra={"run": run, "eval_config": eval_cfg, "probe": probe, "history": str(runner.art / HISTORY)}))
     plan.catalog.entries["evaluations"] = {"kind": "evaluations", "evaluations": evals,
