@@ -20,7 +20,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -140,13 +140,18 @@ def _finalize(spec: TableSpec, staging: Path, out_dir: Path, config: dict | None
     return manifest
 
 
-def write_table(spec: TableSpec, out_dir: str | Path, table: pa.Table | list[pa.Table], *,
-                config: dict | None = None, code_version: str = "", rows_per_part: int = 500_000,
+ROWS_PER_PART = 500_000  # a table's rows per Parquet part
+
+
+def write_table(spec: TableSpec, out_dir: str | Path, table: pa.Table | list[pa.Table] | Iterator[pa.Table], *,
+                config: dict | None = None, code_version: str = "", rows_per_part: int = ROWS_PER_PART,
                 extra: dict | None = None, replaces: dict[str, Iterable] | None = None) -> dict:
     """Write ``table`` atomically as ``out_dir/part-*.parquet`` + manifest; returns the manifest.
 
     ``replaces={column: values}``: the new rows replace only the old table's rows with those values in
-    ``column``; its other rows are carried into the new table (the ``errors`` table shared by several stages)."""
+    ``column``; its other rows are carried into the new table (the ``errors`` table shared by several stages).
+    ``table`` may be an iterator of tables (a stage that streams its rows): each part is written as it comes, so
+    only one part's rows are held; tables of ``rows_per_part`` rows give the parts one table of all rows would."""
     out_dir = Path(out_dir)
     refuse_unreadable(out_dir)  # before any work; checked again just before the rename
     with table_lock(out_dir):  # another writer of this table (the errors table: several stages) waits its turn
@@ -158,7 +163,9 @@ def _write_table(spec: TableSpec, out_dir: Path, table: pa.Table | list[pa.Table
                  code_version: str, rows_per_part: int, extra: dict | None, replaces: dict[str, Iterable] | None
                  ) -> dict:
     """``write_table`` for a caller holding the table's lock."""
-    tables = table if isinstance(table, list) else [table]
+    streamed = not isinstance(table, (pa.Table, list))
+    tables = [table] if isinstance(table, pa.Table) else table
+    several = streamed or len(tables) > 1
     staging = out_dir.with_name(f".{out_dir.name}.tmp-{uuid.uuid4().hex}")
     staging.mkdir(parents=True)
     try:
@@ -167,10 +174,13 @@ def _write_table(spec: TableSpec, out_dir: Path, table: pa.Table | list[pa.Table
             spec.assert_conforms(t)
             t = t.select(spec.schema.names).cast(spec.arrow_schema)
             for off in range(0, max(t.num_rows, 1), rows_per_part):
-                if t.num_rows == 0 and len(tables) > 1:
+                if t.num_rows == 0 and several:
                     break
                 _write_part(t.slice(off, rows_per_part), staging / f"part-{i:05d}.parquet")
                 i += 1
+        if streamed and i == 0:  # nothing streamed: the table's one empty part, as for an empty table
+            empty = spec.from_rows([]).select(spec.schema.names).cast(spec.arrow_schema)
+            _write_part(empty, staging / "part-00000.parquet")
         return _finalize(spec, staging, out_dir, config, code_version, extra, replaces)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from data_schemas import TABLES, read_table
 
@@ -60,6 +60,11 @@ class Catalog:
 
     def rows(self, table: str, columns: list[str] | None = None) -> list[dict]:
         return read_table(TABLES[table], self.dir(table), columns).to_pylist()
+
+    def iter_rows(self, table: str, columns: list[str] | None = None, batch: int = 65_536) -> Iterator[dict]:
+        """The rows of ``table`` one batch at a time: the table held as Arrow columns, a batch as row dicts."""
+        for b in read_table(TABLES[table], self.dir(table), columns).to_batches(max_chunksize=batch):
+            yield from b.to_pylist()
 
     def table_names(self) -> tuple[str, ...]:
         """Every table the catalog holds (``errors`` once)."""

@@ -83,3 +83,24 @@ def test_two_stages_rewriting_one_errors_table_at_once_keep_each_others_rows(tmp
     rows = read_table(TABLES["errors"], table).to_pylist()
     assert sorted(r["item_id"] for r in rows) == [f"{s}-{k}" for s in ("captions", "parse") for k in range(3)]
     assert {r["message"] for r in rows} == {"round 14"}
+
+
+def test_a_streamed_table_is_written_as_the_same_parts_as_one_table(tmp_path):
+    import hashlib
+
+    spec = TABLES["errors"]
+    rows = [dict(stage="s", item_id=str(k), reason="r", message=f"m{k}") for k in range(23)]
+
+    def parts(folder):
+        return [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("part-*.parquet"))]
+
+    whole = write_table(spec, tmp_path / "whole", spec.from_rows(rows), rows_per_part=5)
+    streamed = write_table(spec, tmp_path / "streamed", (spec.from_rows(rows[k:k + 5]) for k in range(0, 23, 5)),
+                           rows_per_part=5)
+    assert whole["rows"] == streamed["rows"] == 23
+    assert len(parts(tmp_path / "whole")) == 5 and parts(tmp_path / "whole") == parts(tmp_path / "streamed")
+    # nothing streamed: the one empty part of an empty table
+    write_table(spec, tmp_path / "empty", spec.from_rows([]))
+    write_table(spec, tmp_path / "none", iter([]))
+    assert parts(tmp_path / "empty") == parts(tmp_path / "none") and len(parts(tmp_path / "none")) == 1
+    assert read_table(spec, tmp_path / "none").num_rows == 0
