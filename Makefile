@@ -15,7 +15,7 @@ export PREFECT_HOME ?= $(CURDIR)/.prefect
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo demo-full demo-siglip test test-fast bench docs gpu-wheels install server worker deploy clean
+.PHONY: demo demo-full demo-siglip test test-fast bench scale scale-dask docs gpu-wheels install server worker deploy clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,16 @@ test-fast: $(DEPS_STAMP)
 
 bench: $(DEPS_STAMP)
 	$(PY) bench/run_all.py
+
+# The preprocessing DAG at COCO 2014's size and below (bench/scale.py; hours on 2 cores, ~10 GB of disk under
+# artifacts-scale/): per stage wall time, peak memory, rows, disk -> bench/scale.json and bench/scale.png
+scale: $(DEPS_STAMP)
+	nice -n 5 $(PY) bench/scale.py --captions 1000 10000 100000 616767
+	$(PY) bench/scale.py --plot bench/scale.json bench/scale.png
+
+# parse and ground on Dask: Prefect's threads, a LocalCluster of 1 and 2 workers, a scheduler reached by address
+scale-dask: $(DEPS_STAMP)
+	nice -n 5 $(PY) bench/dask_shards.py --captions 50000
 
 # The documentation site (mkdocs.yml, docs/): strict, so a broken link or anchor fails; docs/cli.md is generated.
 docs: $(DEPS_STAMP)

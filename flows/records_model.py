@@ -236,7 +236,8 @@ def _report(call: Call) -> dict:
     results = {label: [json.loads(Path(e["results"]).read_text()) for e in runs] for label, runs in evals.items()}
     counts = sorted({len(v) for k, v in evals.items() if k != "base"})
     n_seeds = "/".join(map(str, counts))
-    note = (f"Synthetic world, {n_seeds} seed{'s' if counts != [1] else ''} per fine-tune "
+    data = "Synthetic world" if call.extra.get("world", True) else "The config's data"
+    note = (f"{data}, {n_seeds} seed{'s' if counts != [1] else ''} per fine-tune "
             f"({'mean ± sd over seeds' if counts != [1] else 'a single seed: no spread estimate'}).")
     rep = write_report(results, call.out, f"{call.label}: base vs fine-tunes", note, control=call.section.control)
     return {**rep, "outputs": {"report": {"kind": "report", "dir": str(call.out), "content_hash": None}}}
@@ -245,7 +246,8 @@ def _report(call: Call) -> dict:
 def _drive_report(stage: Stage, plan, runner) -> dict:
     rep = runner.run(stage, plan.cfg.evaluate, plan.catalog.subset(stage.reads), label=plan.cfg.name,
                      out=runner.art / "runs" / plan.cfg.name,
-                     extra={"evaluations": plan.catalog.entry("evaluations")["evaluations"]})
+                     extra={"evaluations": plan.catalog.entry("evaluations")["evaluations"],
+                            "world": bool(plan.cfg.world_run)})
     print(Path(rep["markdown"]).read_text())
     return rep
 

@@ -1,0 +1,244 @@
+"""docs/paper-setting.md as a user with real data runs it, on tiny inputs: (1) its bash block (the official training
+file through captions -> parse -> ground -> masks), every `macco` line as written but the paths to the data; (2)
+configs/coco-vitb32.yaml through the whole flow (`macco run --config`) with only what a test must change substituted
+(the data and benchmark paths, CPU, a tiny random model, batch and workers), and every other setting of the shipped
+config checked to reach the loader's tree and, where the stages record them, the tables and the training runs."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from data_schemas import TABLES, read_table
+from tests_support import prefect_env
+from unit.test_macco_tsv import ROWS, write_tsv  # the official file's fixture (the loader's format)
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+DOC = REPO / "docs" / "paper-setting.md"
+CONFIG = REPO / "configs" / "coco-vitb32.yaml"
+
+
+def macco(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "macco.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+# ---- 1: the bash block ----------------------------------------------------------------------------------------
+def doc_block_lines() -> list[list[str]]:
+    """The `macco` lines of the page's bash block, trailing `# comments` stripped, as argv."""
+    blocks = re.findall(r"```bash\n(.*?)```", DOC.read_text(), flags=re.S)
+    assert len(blocks) == 1, f"{DOC.name}: one bash block expected, found {len(blocks)}"
+    lines = [re.sub(r"\s+#.*$", "", ln).strip() for ln in blocks[0].splitlines()]
+    return [shlex.split(ln) for ln in lines if ln]
+
+
+def test_the_official_file_block_runs_as_written(tmp_path):
+    from pipeline.patches import geometry_for
+
+    lines = doc_block_lines()
+    assert [ln[:2] for ln in lines] == [["macco", "captions"], ["macco", "parse"], ["macco", "ground"],
+                                        ["macco", "masks"]]
+    # the file under the name the page uses, in the folder the commands run in; its images under datasets/
+    tsv_name = lines[0][2]
+    write_tsv(tmp_path).rename(tmp_path / tsv_name)
+    substituted = 0
+    for argv in lines:
+        for i, a in enumerate(argv[:-1]):
+            if a == "--image-root":  # the one path to the user's data besides the file
+                argv[i + 1], substituted = str(tmp_path / "datasets"), substituted + 1
+    assert substituted == 1
+    env = prefect_env(tmp_path)
+    for argv in lines:
+        r = macco(argv[1:], tmp_path, env)
+        assert r.returncode == 0, (shlex.join(argv), r.stderr[-3000:])
+    t = tmp_path / lines[0][lines[0].index("--out") + 1]  # the folder the page's lines write and read
+    caps = read_table(TABLES["captions"], t / "captions").to_pylist()
+    assert [c["caption"] for c in caps] == [r[1] for r in ROWS]
+    ids = {c["caption_id"] for c in caps}
+    assert read_table(TABLES["official"], t / "official").num_rows == len(caps)
+    errors = read_table(TABLES["errors"], t / "errors").to_pylist()
+    # the page: words not in the caption and the skipped "the" are error rows (one per word, its caption kept)
+    assert {e["reason"] for e in errors} == {"official_skipped_word", "official_word_not_found"}
+    missing = {(int(cid), word) for cid, _, word in (e["item_id"].split(":", 2) for e in errors)}
+    assert {cid for cid, _ in missing} <= ids
+    tm = read_table(TABLES["token_masks"], t / "token_masks").to_pylist()
+    assert sorted(r["caption_id"] for r in tm) == sorted(ids)  # one row per caption
+    for r in tm:  # a text mask wherever one of the caption's words was found
+        row = ROWS[r["caption_id"]]
+        found = [w for w in row[5] + row[6] if (r["caption_id"], w) not in missing]
+        assert bool(r["relation_idx"] or r["attribute_idx"]) == bool(found), row[1]
+    sg = read_table(TABLES["scene_graphs"], t / "scene_graphs").to_pylist()
+    concepts = {(c["caption_id"], c["concept_id"]) for c in sg}
+    assert sg and {c["caption_id"] for c in sg} <= ids
+    regions = read_table(TABLES["regions"], t / "ground" / "regions").to_pylist()
+    assert len(regions) == sum(len(b) for r in ROWS for d in r[9] for b in d.values())  # every box of the file
+    grounded = {(r["caption_id"], r["concept_id"]) for r in regions}
+    assert grounded <= concepts
+    pm = read_table(TABLES["patch_masks"], t / "ground" / "patch_masks").to_pylist()
+    geo = geometry_for("ViT-B-32")
+    assert len(pm) == len(grounded) and {(r["caption_id"], r["concept_id"]) for r in pm} == grounded
+    assert all(r["grid"] == geo.grid and r["image_size"] == geo.image_size and r["patch_idx"] and
+               max(r["patch_idx"]) < geo.grid ** 2 for r in pm)
+    mask_errors = read_table(TABLES["errors"], t / "ground" / "errors").num_rows
+    assert mask_errors == 0
+    r = macco(["validate", str(t)], tmp_path, env)  # the tables pass the mask checks the flow gates training on
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+# ---- 2: configs/coco-vitb32.yaml through the flow --------------------------------------------------------------
+DROP = object()  # a substitution that removes the key (a weights path the tiny run has no use for)
+
+
+def leaves(d: dict, prefix: str = "") -> dict[str, object]:
+    """Every leaf of a nested mapping by dotted path."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(leaves(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def substitute(cfg: dict, subs: dict[str, object]) -> dict:
+    out = copy.deepcopy(cfg)
+    for path, value in subs.items():
+        *head, last = path.split(".")
+        node = out
+        for k in head:
+            node = node.setdefault(k, {})
+        if value is DROP:
+            node.pop(last)
+        else:
+            node[last] = value
+    return out
+
+
+def substitutions(coco: Path, shipped: dict) -> dict[str, object]:
+    """What a test must change: the data and benchmark paths (a tiny COCO-format root, its benchmark sets), the
+    weights (none: macco-tiny, random; its patch grid added to the masks), the CPU, a batch the tiny root fills and
+    no data loader processes on 2 cores; the world's sets are partial by design (its settings for them)."""
+    from model.benchmarks.protocols import WORLD_SETTINGS
+    from pipeline.world_benchmarks import benchmark_roots
+
+    bench = benchmark_roots(coco)
+    return {
+        "data.root": str(coco), "data.karpathy": str(coco / "dataset_coco.json"),
+        "ground.backend": "annotations", "ground.checkpoint": DROP, "ground.config_file": DROP,
+        "ground.bert_dir": DROP, "ground.device": "cpu",
+        "masks.models": [*shipped["masks"]["models"], "macco-tiny"],
+        "train.arch": "macco-tiny", "train.pretrained": DROP,
+        "train.common.device": "cpu", "train.common.precision": "fp32", "train.common.batch_size": 8,
+        "train.common.workers": 0,
+        **{f"evaluate.roots.{b}": bench[b] for b in shipped["evaluate"]["roots"]},
+        "evaluate.settings.device": "cpu",
+        "evaluate.settings.order_image_roots": {"coco-order": bench["coco-order"]},
+        **{f"evaluate.settings.{k}": v for k, v in WORLD_SETTINGS.items()},
+    }
+
+
+def typed_values(view: dict, path: str) -> list:
+    """The value(s) the loader's typed tree holds for a YAML path (``train.common`` and ``train.seeds`` are folded
+    into every run)."""
+    parts = path.split(".")
+    if parts[:2] == ["train", "common"]:
+        paths = [["train", "runs", n, "config", *parts[2:]] for n in view["train"]["runs"]]
+    elif parts[:2] == ["train", "runs"]:
+        paths = [["train", "runs", parts[2], "config", *parts[3:]]]
+    elif parts == ["train", "seeds"]:
+        paths = [["train", "runs", n, "seeds"] for n in view["train"]["runs"]]
+    else:
+        paths = [parts]
+    out = []
+    for p in paths:
+        node = view
+        for k in p:
+            node = node[k]
+        out.append(node)
+    return out
+
+
+def same(loaded, given) -> bool:
+    """A loaded value equals the YAML's (a string ``Literal`` takes the YAML's number as its text:
+    ``captions_per_image: 1`` is ``"1"``)."""
+    return loaded == given or isinstance(loaded, str) and not isinstance(given, str) and loaded == str(given)
+
+
+def test_the_paper_config_runs_through_the_flow(tmp_path):
+    from flows.config import load_config, plain
+    from pipeline.world import WorldConfig, generate_world
+
+    coco = tmp_path / "coco"  # COCO 2014's layout: annotations/{captions,instances}_*2014.json, images, Karpathy file
+    generate_world(coco, WorldConfig(seed=3, images=24, size=64, eval_fraction=0.3))
+    shipped = yaml.safe_load(CONFIG.read_text())
+    subs = substitutions(coco, shipped)
+    cfg = substitute(shipped, subs)
+    path = tmp_path / CONFIG.name
+    path.write_text(yaml.safe_dump(cfg))
+
+    # every key not substituted is kept, in the copy and in the loader's typed tree
+    kept = {p: v for p, v in leaves(shipped).items()
+            if not any(p == s or p.startswith(s + ".") for s in subs)}
+    assert {"train.common.lr_clip", "train.common.wd", "train.common.warmup", "train.common.epochs",
+            "train.common.captions_per_image", "parse.clip_model", "validate.params.min_grounded_coverage"} <= set(kept)
+    written = leaves(yaml.safe_load(path.read_text()))
+    view = plain(load_config(path).key_view())
+    for p, v in kept.items():
+        assert written[p] == v, p
+        assert all(same(plain(x), v) for x in typed_values(view, p)), (p, v, typed_values(view, p))
+
+    r = macco(["run", "--config", path.name], tmp_path, prefect_env(tmp_path))  # artifacts: artifacts (relative)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    art = tmp_path / shipped["artifacts"]  # the stage records name paths under it as the config does: relative
+
+    def stage(name: str) -> dict:
+        [d] = (art / name).glob("*/stage.json")
+        return json.loads(d.read_text())
+
+    def manifest(name: str, table: str) -> dict:
+        return json.loads((tmp_path / stage(name)["outputs"][table]["dir"] / "manifest.json").read_text())
+
+    # the tables: non-empty, the shipped data / parse / masks settings recorded with them
+    caps = manifest("captions", "captions")
+    assert caps["rows"] > 0 and caps["config"]["splits"] == shipped["data"]["splits"]
+    tm = manifest("parse", "token_masks")
+    assert stage("parse")["outputs"]["errors"]["rows"] == 0 and tm["rows"] == caps["rows"]  # one per caption
+    assert {k: tm["config"][k] for k in shipped["parse"]} == shipped["parse"]
+    assert manifest("ground", "regions")["rows"] > 0
+    pm = manifest("masks", "patch_masks")
+    assert pm["rows"] > 0 and set(shipped["masks"]["models"]) <= set(pm["config"]["models"])
+    checks = stage("validate")["checks"]
+    assert checks and all(c["status"] == "pass" for c in checks)
+    # the training runs: the shipped settings reached each run's config.json; the schedule ran as configured
+    common = shipped["train"]["common"]
+    records = [json.loads(p.read_text()) for p in (art / "runs").glob("*/stage.json")]
+    runs = {r["name"]: r for r in records if r.get("kind") == "run"}
+    assert set(runs) == {f"{n}-s{s}" for n in shipped["train"]["runs"] for s in shipped["train"]["seeds"]}
+    karpathy = json.loads((coco / "dataset_coco.json").read_text())["images"]
+    n_pairs = sum(im["split"] in common["split"].split(",") for im in karpathy)  # captions_per_image: 1
+    batch = subs["train.common.batch_size"]
+    assert n_pairs % batch == 0
+    for name, run in runs.items():
+        used = json.loads((tmp_path / run["dir"] / "run" / "config.json").read_text())
+        for k, v in common.items():
+            want = subs.get(f"train.common.{k}", v)
+            assert same(used[k], want), (name, k, used[k], want)
+        assert used["mode"] == shipped["train"]["runs"][name.rsplit("-s", 1)[0]]["mode"]
+        assert run["steps"] == common["epochs"] * n_pairs // batch < common["warmup"]
+        # still in the linear warmup: lr = peak * step / warmup, for both groups
+        assert run["last"]["lr_clip"] == pytest.approx(common["lr_clip"] * run["steps"] / common["warmup"])
+        assert run["last"]["lr_predictor"] == pytest.approx(common["lr_predictor"] * run["steps"] / common["warmup"])
+    # the evaluation: every shipped benchmark root scored for every run; the report under the config's name
+    evals = [json.loads(p.read_text()) for p in (art / "evaluate").glob("*/results.json")]
+    assert len(evals) == len(runs)
+    assert all(set(e["benchmarks"]) == set(shipped["evaluate"]["roots"]) for e in evals)
+    report = (art / "runs" / shipped["name"] / "results.md").read_text()
+    assert "The config's data, 1 seed per fine-tune" in report and "Synthetic world" not in report
