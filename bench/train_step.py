@@ -60,12 +60,13 @@ def stepper(arch: str, mode: str, batch: int, lock_image: bool = False, encode_o
     else:
         b = {"image": images, "text": texts, "text_mask": tm, "image_mask": im}
         sizes = task.sizes_for(b)  # the loop computes them from the host batch
-        forward = lambda: task(b, stats=False, sizes=sizes)  # noqa: E731  (an unlogged step)
         if encode_only:
             def forward():
                 enc = task.encode(images, texts, tm, im, sizes)
                 feats = [v for v in vars(enc).values() if isinstance(v, torch.Tensor) and v.requires_grad]
                 return {"total_loss": sum(f.float().sum() for f in feats)}
+        else:
+            forward = lambda: task(b, stats=False, sizes=sizes)  # noqa: E731  (an unlogged step)
 
     def step() -> float:
         t0 = time.perf_counter()

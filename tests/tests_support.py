@@ -600,3 +600,36 @@ def evaluation(run: str, subsets: int = 2) -> dict:
             "code_version": "c", "created": "2026-12-03T00:00:00.000000Z", "activation": "gelu",
             "benchmarks": {"sugarcrepe": {"subsets": {f"s{i}": {"n": 10, "correct": i, "accuracy": i / 10}
                                                       for i in range(subsets)}}}}
+
+
+def run_at_once(target, arg_sets: list[tuple], timeout: float = 120) -> None:
+    """``target(*args, barrier)`` in one spawned process per ``args``, released together by the barrier (the
+    concurrent-writer tests); each must exit 0."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(len(arg_sets))
+    procs = [ctx.Process(target=target, args=(*args, start)) for args in arg_sets]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+        assert p.exitcode == 0
+
+
+def kill_group_when(proc, found, deadline: float, poll: float = 0.02) -> list:
+    """SIGKILL ``proc``'s process group as soon as ``found()`` returns something (or the process ends, or the
+    deadline passes); returns what ``found()`` returned last."""
+    import os
+    import signal
+    import time
+
+    hits: list = []
+    while time.time() < deadline:
+        hits = found()
+        if hits or proc.poll() is not None:
+            break
+        time.sleep(poll)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return hits

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests_support import prefect_env as _env, run_flow_states as run
+from tests_support import kill_group_when, prefect_env as _env, run_flow_states as run
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -111,15 +111,11 @@ def test_killed_during_grounding_resumes_to_identical_tables(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "macco.cli", "run", "--config", str(cfg), "--stages", *pre],
                             env=_env(tmp_path / "kill"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)  # its own group: the kill takes its Prefect server too
-    deadline = time.time() + 300
-    parts: list[Path] = []
-    while time.time() < deadline:
+    def three_parts() -> list[Path]:
         parts = list(art.glob("*/regions.partial/part-*.parquet")) if art.exists() else []
-        if len(parts) >= 3 or proc.poll() is not None:
-            break
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+        return parts if len(parts) >= 3 else []
+
+    parts = kill_group_when(proc, three_parts, time.time() + 300)
     assert parts, "grounding never started"
     key_dir = parts[0].parents[1]
     assert not is_complete(key_dir / "regions")  # killed mid-stage: nothing looks complete

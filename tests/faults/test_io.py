@@ -4,14 +4,13 @@ Each test injects one fault and fails on the code before the fix."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 from pathlib import Path
 
 import pytest
 
 from data_schemas import TABLES, read_table, write_table
-from tests_support import error_rows, evaluation
+from tests_support import error_rows, evaluation, run_at_once
 
 
 def _append_many(table_dir: str, run: str, times: int, start) -> None:
@@ -33,15 +32,8 @@ def umask_022():
 
 def test_two_processes_appending_at_once_keep_every_row(tmp_path):
     """The issue: two processes each appending 60 rows through --results-table kept 64 of 120."""
-    ctx = multiprocessing.get_context("spawn")
-    start = ctx.Barrier(2)
     table = str(tmp_path / "eval_results")
-    procs = [ctx.Process(target=_append_many, args=(table, run, 30, start)) for run in ("a", "b")]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    run_at_once(_append_many, [(table, run, 30) for run in ("a", "b")])
     rows = read_table(TABLES["eval_results"], table).to_pylist()
     assert len(rows) == 120 and sum(r["run"] == "a" for r in rows) == 60
     assert len({r["eval_id"] for r in rows}) == 60  # 30 evaluations per process, 2 subsets each

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests_support import prefect_env as env, tiny_flow_config as config
+from tests_support import kill_group_when, prefect_env as env, tiny_flow_config as config
 
 
 UP_TO_TRAIN = ["world", "captions", "parse", "ground", "masks", "validate", "train"]
@@ -49,15 +47,8 @@ def test_training_killed_with_sigkill_continues_from_its_checkpoint_on_rerun(tmp
     proc = subprocess.Popen([sys.executable, "-m", "macco.cli", "run", "--config", str(cfg), "--stages", *UP_TO_TRAIN],
                             env=env(tmp_path / "kill"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    deadline = time.time() + 600
-    ck: list[Path] = []
-    while time.time() < deadline and proc.poll() is None:
-        ck = list(runs.glob("macco-s0-*/run/checkpoints/step-0000012.pt")) if runs.exists() else []
-        if ck:
-            break
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    ck = kill_group_when(proc, lambda: list(runs.glob("macco-s0-*/run/checkpoints/step-0000012.pt"))
+                         if runs.exists() else [], time.time() + 600, poll=0.05)
     assert ck, "training never reached step 12"
     run_dir = ck[0].parents[2]
     assert not (run_dir / "stage.json").exists()  # killed mid-run: not done

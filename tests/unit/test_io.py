@@ -9,6 +9,7 @@ import time
 import pytest
 
 from data_schemas import ShardedTableWriter, TABLES, TableError, is_complete, read_table, write_table
+from tests_support import run_at_once
 
 
 def _rewrite_own_rows(table: str, stage: str, n: int, start) -> None:
@@ -69,17 +70,8 @@ def test_killed_writer_leaves_no_complete_table(tmp_path):
 def test_two_stages_rewriting_one_errors_table_at_once_keep_each_others_rows(tmp_path):
     """Two macco stages writing one errors table at once lost a stage's rows (1 try in 6): each read the table,
     then renamed its own version over the other's. The write holds the table's lock from read to rename."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    start = ctx.Barrier(2)
     table = str(tmp_path / "errors")
-    procs = [ctx.Process(target=_rewrite_own_rows, args=(table, stage, 15, start)) for stage in ("captions", "parse")]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    run_at_once(_rewrite_own_rows, [(table, stage, 15) for stage in ("captions", "parse")])
     rows = read_table(TABLES["errors"], table).to_pylist()
     assert sorted(r["item_id"] for r in rows) == [f"{s}-{k}" for s in ("captions", "parse") for k in range(3)]
     assert {r["message"] for r in rows} == {"round 14"}
