@@ -80,6 +80,9 @@ def main() -> None:
         lines += ["## GPU", "", "No GPU run recorded yet: run `bash bench/gpu.sh > bench/gpu_results.md` on a GPU "
                   "machine (absolute GPU times are only quoted from such a run).", ""]
     lines += stability(previous, "\n".join(lines))
+    scale = HERE / "scale.md"  # the long runs outside make bench (make scale, scale-dask, ...): kept as measured
+    if scale.exists():
+        lines += ["", scale.read_text()]
     (HERE / "results.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'results.md'}")
 
