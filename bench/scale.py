@@ -73,7 +73,8 @@ def queries(artifacts: Path) -> dict:
     """``macco validate --deep`` and the docs' inspection queries over the full tables, timed."""
     macco = str(Path(sys.executable).with_name("macco"))
     out = {"validate --deep": peak_rss_of([macco, "validate", str(artifacts), "--deep"])}
-    for label, sql in (("patches per phrase per grid", "select grid, avg(len(patch_idx)) from patch_masks group by grid"),
+    for label, sql in (("patches per phrase per grid",
+                        "select grid, avg(len(patch_idx)) from patch_masks group by grid"),
                        ("top relation words", "select lower(text) w, count(*) n from scene_graphs where kind = "
                                               "'relation' group by w order by n desc limit 10"),
                        ("unaligned concepts", "select count(*) from token_masks t join captions c using (caption_id) "

@@ -90,7 +90,8 @@ def main() -> None:
     for m in MODES:
         print(f"  {m:<11} {t[m]:.4f} s  ({t[m] / base:.2f}x clip-ft; +{t[m] - base:.4f} s)")
     text, image, both = t["text-only"] - base, t["image-only"] - base, t["macco"] - base
-    print(f"  extra of macco {both:.4f} s: masked text path {text:.4f} s ({100 * text / both:.0f} %), masked image path "
+    print(f"  extra of macco {both:.4f} s: masked text path {text:.4f} s ({100 * text / both:.0f} %), "
+          f"masked image path "
           f"{image:.4f} s ({100 * image / both:.0f} %), the rest {both - text - image:.4f} s "
           f"({100 * (both - text - image) / both:.0f} %)")
     tw = tower_times(a.arch, a.batch, a.repeats)

@@ -1,8 +1,9 @@
 """What varies with the thread count, and by how much (README "Reproducibility"): the demo's two fine-tunes (clip-ft
 and macco, from the demo's base, on its tables; 100 steps each) trained and evaluated twice, with 1 and with 2 torch
 threads (``OMP_NUM_THREADS``), everything else equal; then, side by side: the exports' bytes and their largest
-parameter difference, each loss term at the last step, every benchmark group's score and every case that flips. The same thread count twice is byte-identical (``tests/unit/test_runner.py``'s two flows); this
-measures the other case. Needs a finished ``make demo`` (its artifacts folder).
+parameter difference, each loss term at the last step, every benchmark group's score and every case that flips.
+The same thread count twice is byte-identical (``tests/unit/test_runner.py``'s two flows); this measures the other
+case. Needs a finished ``make demo`` (its artifacts folder).
 
     python bench/threads_repro.py [--artifacts artifacts] [--steps 100] [--root artifacts-repro]
 """

@@ -140,7 +140,8 @@ def main(steps: int = 20, threads: int = 2) -> dict:
         t = step_times(arch, batch, n)
         res[arch] = {**t, "batch": batch, "threads": threads}
         print(f"train step {arch:<10} batch {batch:>3}: MACCO {t['macco_s']:.3f} s, CLIP-FT {t['clip_ft_s']:.3f} s, "
-              f"ratio {t['ratio']:.2f} (median of {n} alternating pairs, IQR {t['ratio_p25']:.2f}-{t['ratio_p75']:.2f}, "
+              f"ratio {t['ratio']:.2f} (median of {n} alternating pairs, "
+              f"IQR {t['ratio_p25']:.2f}-{t['ratio_p75']:.2f}, "
               f"{threads} threads; target <= 2.0: {'met' if t['ratio'] <= 2.0 else 'NOT met'})")
     mem = {}
     for masked in (True, False):
@@ -149,8 +150,10 @@ def main(steps: int = 20, threads: int = 2) -> dict:
         mem[masked] = json.loads(out.stdout.strip().splitlines()[-1])["peak_mb"]
     ratio = mem[True] / mem[False]
     res["text_head_memory"] = {"masked_only_mb": mem[True], "all_positions_mb": mem[False], "ratio": ratio}
-    print(f"text reconstruction memory kept for backward (B=128, width 512, 8 masked/caption): masked-only {mem[True]:.0f} MB, "
-          f"all 77 positions {mem[False]:.0f} MB, ratio {ratio:.2f} (target <= 0.5: {'met' if ratio <= 0.5 else 'NOT met'})")
+    print("text reconstruction memory kept for backward (B=128, width 512, 8 masked/caption): "
+          f"masked-only {mem[True]:.0f} MB, "
+          f"all 77 positions {mem[False]:.0f} MB, ratio {ratio:.2f} "
+          f"(target <= 0.5: {'met' if ratio <= 0.5 else 'NOT met'})")
     return res
 
 

@@ -57,7 +57,8 @@ def masks_stage(cfg: MasksConfig, captions: Iterable[dict], regions: Iterable[di
     conf = {"models": sorted(models), "geometries": [asdict(g) for g in _geometries(models)]}
     ver = closure_version(__name__)
     rows = _mask_parts(models, size, np.frombuffer(caption_ids, dtype=np.int64),
-                       np.frombuffer(concept_ids, dtype=np.int64), np.frombuffer(boxes, dtype=np.float64).reshape(-1, 4))
+                       np.frombuffer(concept_ids, dtype=np.int64),
+                       np.frombuffer(boxes, dtype=np.float64).reshape(-1, 4))
     return {"patch_masks": write_table(TABLES["patch_masks"], out / "patch_masks", rows, config=conf,
                                        code_version=ver),
             "errors": write_table(TABLES["errors"], out / "errors", TABLES["errors"].from_rows(errors), config=conf,
