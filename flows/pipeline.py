@@ -11,12 +11,11 @@ from __future__ import annotations
 import errno
 
 from prefect import flow, get_run_logger
-from prefect.states import Failed
 
 from data_schemas.config import ConfigError
 from flows.config import load_config
 from flows.runner import USER_ERRORS, Runner, StageLocked, StageMissing  # noqa: F401 (API: what a run fails with)
-from flows.tasks import PrefectExecutor
+from flows.tasks import PrefectExecutor, user_failure
 
 USER_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}  # a read-only or full disk
 
@@ -36,10 +35,7 @@ def macco_pipeline(config: str = "configs/demo.yaml", stages: list[str] | None =
     except (*USER_ERRORS, OSError) as exc:
         if isinstance(exc, OSError) and not isinstance(exc, USER_ERRORS) and exc.errno not in USER_ERRNOS:
             raise
-        line = " ".join(str(exc).split())
-        line = f"config error: {line}" if isinstance(exc, ConfigError) else line
-        get_run_logger().error("%s", line)
-        return Failed(message=line, data=exc)
+        return user_failure(exc, "config error: " if isinstance(exc, ConfigError) else "")
 
 
 def _pipeline(config: str, stages: list[str] | None, force: list[str] | None, overrides: dict | None) -> dict:

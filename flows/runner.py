@@ -230,18 +230,19 @@ class Runner:
         check_writable(out)  # before any work (a read-only artifacts folder: one line, nothing computed)
         with output_lock(self.art / ".locks" / f"{out.parent.name}-{out.name}.lock", out):
             if not stage.cached:  # written every time (the report)
-                t0 = time.perf_counter()
-                m = self.executor.execute(stage, call, True)
-                self.spent[stage.name] = self.spent.get(stage.name, 0.0) + time.perf_counter() - t0
-                return m
+                return self._execute(stage, call, True)
             run, refresh = self.prepare(stage.name, out)
             if not run:
                 return read_stage(out)
-            t0 = time.perf_counter()
-            m = self.executor.execute(stage, call, refresh)
-            if refresh:  # it ran (a read-back costs nothing: not a timing)
-                self.spent[stage.name] = self.spent.get(stage.name, 0.0) + time.perf_counter() - t0
-            return m
+            return self._execute(stage, call, refresh)
+
+    def _execute(self, stage: Stage, call: Call, refresh: bool) -> dict:
+        """The executor's run of ``call``, its seconds added to the stage's when it ran (a read-back is no timing)."""
+        t0 = time.perf_counter()
+        m = self.executor.execute(stage, call, refresh)
+        if refresh:
+            self.spent[stage.name] = self.spent.get(stage.name, 0.0) + time.perf_counter() - t0
+        return m
 
     def run_dag(self, cfg) -> dict:
         """Every stage in order (``flows.registry.ORDER``) up to the last selected one."""
@@ -269,8 +270,8 @@ class Runner:
         unknown = [s for s in left if s not in last]
         eta = f"; the stages left took {known / 60:.1f} min the last time they ran" if known else ""
         note = f" (never timed here: {', '.join(unknown)})" if unknown and known else ""
-        return f"pipeline: stage {todo.index(stage) + 1}/{len(todo)} ({stage}){eta}{note}; finished ones come back Cached"
-
+        return (f"pipeline: stage {todo.index(stage) + 1}/{len(todo)} ({stage}){eta}{note}; "
+                "finished ones come back Cached")
 
     def _save_times(self) -> None:
         if self.spent:

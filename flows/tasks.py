@@ -17,13 +17,13 @@ from flows.stage import Call, Stage
 from flows.runner import USER_ERRORS, complete
 
 
-def user_failure(exc: Exception):
-    """A task's failure on the user's input (a bad table, a failed check, a config error): a Failed state whose
-    message is the error's one line (the flow raises ``exc`` from it, and fails with that line), never an engine
-    traceback in the log."""
+def user_failure(exc: Exception, prefix: str = ""):
+    """A task's or the flow's failure on the user's input (a bad table, a failed check, a config error): a Failed
+    state whose message is the error's one line after ``prefix`` (the flow raises ``exc`` from a task's, and fails
+    with that line), never an engine traceback in the log."""
     from prefect.states import Failed
 
-    line = " ".join(str(exc).split())
+    line = prefix + " ".join(str(exc).split())
     get_run_logger().error("%s", line)
     return Failed(message=line, data=exc)
 
