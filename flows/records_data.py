@@ -213,7 +213,7 @@ def _grounding_weights(section) -> list:
 def _masks(call: Call) -> dict:
     from pipeline.masks_stage import masks_stage
 
-    m = masks_stage(call.section, call.inputs.rows("captions", ["caption_id", "image_id", "width", "height"]),
+    m = masks_stage(call.section, call.inputs.iter_rows("captions", ["caption_id", "image_id", "width", "height"]),
                     call.inputs.iter_rows("regions", ["caption_id", "concept_id", "box_id", "box_xyxy"]), call.out)
     return {"outputs": _tables(m, call.out)}
 
