@@ -17,36 +17,20 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_step import stepper  # noqa: E402  (the same step as the ratio bench)
+from train_step import alternating, quantile, stepper  # noqa: E402  (the same step and timing as the ratio bench)
 
 MODES = ("clip-ft", "text-only", "image-only", "macco")
 
 
-def median(xs: list[float]) -> float:
-    return sorted(xs)[len(xs) // 2]
-
-
 def mode_times(arch: str, batch: int, repeats: int) -> dict[str, float]:
-    steps = {m: stepper(arch, m, batch) for m in MODES}
-    for s in steps.values():
-        s()  # warm-up
-    times: dict[str, list[float]] = {m: [] for m in MODES}
-    for _ in range(repeats):
-        for m in MODES:
-            times[m].append(steps[m]())
-    return {m: median(v) for m, v in times.items()}
+    times = alternating({m: stepper(arch, m, batch) for m in MODES}, repeats)
+    return {m: quantile(v, 0.5) for m, v in times.items()}
 
 
 def tower_times(arch: str, batch: int, repeats: int) -> dict[str, float]:
     """The towers' part alone (``stepper(encode_only=True)``): clip-ft's and macco's copies, alternating."""
-    steps = {m: stepper(arch, m, batch, encode_only=True) for m in ("clip-ft", "macco")}
-    for s in steps.values():
-        s()
-    times: dict[str, list[float]] = {m: [] for m in steps}
-    for _ in range(repeats):
-        for m in steps:
-            times[m].append(steps[m]())
-    return {m: median(v) for m, v in times.items()}
+    times = alternating({m: stepper(arch, m, batch, encode_only=True) for m in ("clip-ft", "macco")}, repeats)
+    return {m: quantile(v, 0.5) for m, v in times.items()}
 
 
 def operator_table(arch: str, batch: int, top: int = 15) -> list[str]:

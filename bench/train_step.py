@@ -79,20 +79,32 @@ def stepper(arch: str, mode: str, batch: int, lock_image: bool = False, encode_o
     return step
 
 
+def quantile(xs: list[float], f: float) -> float:
+    """The ``f`` quantile of ``xs`` (the sorted value at ``int(f * n)``: the upper median for ``f`` 0.5)."""
+    return sorted(xs)[min(len(xs) - 1, int(f * len(xs)))]
+
+
+def alternating(steps: dict, repeats: int) -> dict[str, list[float]]:
+    """Each step of ``steps`` (name -> a timed step) once to warm up, then ``repeats`` rounds of one step each, in
+    turn, so every step sees the same machine state: the seconds of each."""
+    for step in steps.values():
+        step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            times[name].append(step())
+    return times
+
+
 def step_times(arch: str, batch: int, steps: int) -> dict:
     """MACCO and CLIP-FT step times, the two steps alternating so both see the same machine state: the median of
     each, and the ratio as the median of the per-pair ratios with its interquartile range (a pair shares the
     machine's load of its moment, so the ratio holds where the absolute times drift)."""
-    macco, clip_ft = stepper(arch, "macco", batch), stepper(arch, "clip-ft", batch)
-    macco(), clip_ft()  # warm-up
-    m, c = [], []
-    for _ in range(steps):
-        m.append(macco())
-        c.append(clip_ft())
-    r = sorted(a / b for a, b in zip(m, c))
-    q = lambda xs, f: sorted(xs)[min(len(xs) - 1, int(f * len(xs)))]  # noqa: E731
-    return {"macco_s": q(m, 0.5), "clip_ft_s": q(c, 0.5), "ratio": q(r, 0.5), "ratio_p25": q(r, 0.25),
-            "ratio_p75": q(r, 0.75), "pairs": steps}
+    t = alternating({"macco": stepper(arch, "macco", batch), "clip-ft": stepper(arch, "clip-ft", batch)}, steps)
+    m, c = t["macco"], t["clip-ft"]
+    r = [a / b for a, b in zip(m, c)]
+    return {"macco_s": quantile(m, 0.5), "clip_ft_s": quantile(c, 0.5), "ratio": quantile(r, 0.5),
+            "ratio_p25": quantile(r, 0.25), "ratio_p75": quantile(r, 0.75), "pairs": steps}
 
 
 def head_memory(masked_only: bool, batch: int = 128, width: int = 512, masked_per_caption: int = 8) -> None:
