@@ -111,11 +111,15 @@ def test_killed_during_grounding_resumes_to_identical_tables(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "macco.cli", "run", "--config", str(cfg), "--stages", *pre],
                             env=_env(tmp_path / "kill"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)  # its own group: the kill takes its Prefect server too
-    def three_parts() -> list[Path]:
-        parts = list(art.glob("*/regions.partial/part-*.parquet")) if art.exists() else []
-        return parts if len(parts) >= 3 else []
 
-    parts = kill_group_when(proc, three_parts, time.time() + 300)
+    def three_parts_one_shard_finished() -> list[Path]:
+        """Kill once 3 shards wrote their regions and one of them its errors part too (a finished shard: shards run
+        in parallel, so 3 regions parts alone can all be unfinished)."""
+        parts = list(art.glob("*/regions.partial/part-*.parquet")) if art.exists() else []
+        finished = [p for p in parts if (p.parents[1] / "errors.partial" / p.name).exists()]
+        return parts if len(parts) >= 3 and finished else []
+
+    parts = kill_group_when(proc, three_parts_one_shard_finished, time.time() + 300)
     assert parts, "grounding never started"
     key_dir = parts[0].parents[1]
     assert not is_complete(key_dir / "regions")  # killed mid-stage: nothing looks complete
