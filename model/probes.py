@@ -163,11 +163,11 @@ def masked_word_accuracy(task, preprocess, rows: list[dict], image_paths: dict[i
     """The text predictor's accuracy at every masked relation / attribute token of ``rows`` (token-mask rows
     joined with their caption's image id), each caption masked as in training, against its full image; split into
     direction words and filler (``classes``: token id -> direction, ``model.probes_recon``) and, with
-    ``train_rows`` (the training captions' token-mask rows), each beside its image-free level (``image_free``: the
-    captions' bound, ``probes_recon.caption_bound``)."""
+    ``train_rows`` (the training captions' token-mask rows), each beside the captions' image-free baseline
+    (``image_free``: ``probes_recon.caption_baseline``, a frequency baseline, not a bound)."""
     from PIL import Image
 
-    from .probes_recon import breakdown, caption_bound
+    from .probes_recon import breakdown, caption_baseline
 
     records: list[tuple[str, int, int]] = []
     for i in range(0, len(rows), batch_size):
@@ -190,8 +190,8 @@ def masked_word_accuracy(task, preprocess, rows: list[dict], image_paths: dict[i
                     for k, t, p in zip(kind[mask].tolist(), texts[mask].tolist(), pred.tolist())]
     out = breakdown(records, classes or {})
     if train_rows is not None:
-        out["image_free"] = breakdown(caption_bound(train_rows, rows), classes or {}) | {
-            "kind": "caption bound: the training captions' most frequent word in the mask's context"}
+        out["image_free"] = breakdown(caption_baseline(train_rows, rows), classes or {}) | {
+            "kind": "caption baseline: the training captions' most frequent word in the mask's context"}
     return out
 
 
@@ -200,7 +200,7 @@ def run_probes(model, preprocess, tokenizer, cfg: ProbeConfig, task=None, mask_r
                train_rows: list[dict] | None = None) -> dict:
     """Every probe for one CLIP (``task``: its training task, when it has a text predictor, with the held-out
     token-mask rows ``mask_rows`` for the reconstruction probe and the training ones ``train_rows`` for its
-    image-free level)."""
+    captions' image-free baseline)."""
     model = model.eval()
     meta, scenes = load_world(cfg.world, cfg.splits)
     G, P = image_features(model, preprocess, [sc["path"] for sc in scenes], cfg.batch_size, cfg.device)

@@ -1,5 +1,5 @@
 """R4's learning curve: the reconstruction probe (direction words, filler, relation, attribute, each beside the
-captions' image-free level) at every saved checkpoint of the given training runs, on the held-out (val + test)
+captions' image-free baseline) at every saved checkpoint of the given training runs, on the held-out (val + test)
 captions. Usage (from the repository root):
 
     python docs/experiments/r4_curve.py ARTIFACTS RUN_DIR [RUN_DIR ...] > curve.json
@@ -30,7 +30,7 @@ def curve(artifacts: Path, runs: list[Path]) -> dict:
 
     from model.factory import register_model_configs
     from model.probes import held_out_mask_rows, load_world, masked_word_accuracy, tokenizer_encode
-    from model.probes_recon import breakdown, caption_bound, direction_classes
+    from model.probes_recon import breakdown, caption_baseline, direction_classes
 
     register_model_configs()
     tables, world = tables_of(artifacts)
@@ -39,7 +39,7 @@ def curve(artifacts: Path, runs: list[Path]) -> dict:
     classes = direction_classes(tokenizer_encode(open_clip.get_tokenizer("macco-tiny")))
     paths = {sc["image_id"]: sc["path"] for sc in load_world(world)[1]}
     rows = [r for r in rows if r["image_id"] in paths]
-    out = {"image_free": breakdown(caption_bound(train_rows, rows), classes), "runs": {}}
+    out = {"image_free": breakdown(caption_baseline(train_rows, rows), classes), "runs": {}}
     from model.probes import load_training_task
 
     for run in runs:

@@ -1,8 +1,8 @@
 """model/probes_recon.py: the reconstruction probe's breakdown (direction words vs filler, relation vs attribute) and
-its image-free level (a bound from the training captions)."""
+the captions' image-free baseline (a frequency baseline from the training captions)."""
 from __future__ import annotations
 
-from model.probes_recon import breakdown, caption_bound, direction_classes, masked_positions
+from model.probes_recon import breakdown, caption_baseline, direction_classes, masked_positions
 
 LEFT, RIGHT, ABOVE, OVER, TO, THE, OF, RED = 1, 2, 3, 4, 10, 11, 12, 20
 
@@ -18,11 +18,11 @@ def test_spans_and_their_context():
     assert ("attribute", 1, 1, 0, 0, TO) in got
 
 
-def test_the_caption_bound_predicts_the_commonest_word_of_the_context_backing_off():
+def test_the_caption_baseline_predicts_the_commonest_word_of_the_context_backing_off():
     train = [row([0, 5, TO, THE, LEFT, OF, 6], [2, 3, 4, 5]), row([0, 5, TO, THE, LEFT, OF, 6], [2, 3, 4, 5]),
              row([0, 5, TO, THE, RIGHT, OF, 6], [2, 3, 4, 5])]
     held = [row([0, 5, TO, THE, RIGHT, OF, 6], [2, 3, 4, 5]), row([0, 7, TO, THE, RIGHT, OF, 8], [2, 3, 4, 5])]
-    recs = caption_bound(train, held)
+    recs = caption_baseline(train, held)
     # filler read from the context exactly; the direction word is the commonest one ("left"), wrong both times
     assert [(t, p) for _, t, p in recs] == [(TO, TO), (THE, THE), (RIGHT, LEFT), (OF, OF)] * 2
 

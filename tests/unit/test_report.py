@@ -67,3 +67,15 @@ def test_every_p_value_is_re_derived_from_results_json_alone(tmp_path):
         assert {k: stored[k] for k in again} == again
     adjusted = holm({n: r["p_case"] for n, r in data["paired_tests"]["models"]["macco"].items()})
     assert adjusted == {n: r["p_holm"] for n, r in data["paired_tests"]["models"]["macco"].items()}
+
+
+def test_the_captions_image_free_level_is_reported_as_a_baseline_not_a_bound(tmp_path):
+    """The captions' frequency estimate is no ceiling for a predictor without the image (R4's trained image-free
+    control beat it), so the report names it a baseline and never says accuracy above it must come from the image."""
+    recon = {"direction_acc": 0.42, "image_free": {"direction_acc": 0.393}}
+    write_report({"macco": [{"label": "macco-s0", "benchmarks": {}, "probes": {"reconstruction": recon}}]},
+                 tmp_path, "t")
+    probes = (tmp_path / "results.md").read_text().split("## Probes")[1]
+    assert "| recon: direction words, captions' baseline % |  | 39.3 |" in probes
+    assert "image-free %" not in probes and "only accuracy above" not in probes
+    assert "a baseline, not a bound" in probes
