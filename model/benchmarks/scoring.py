@@ -87,26 +87,28 @@ class Encoder:
 
     @torch.no_grad()
     def texts(self, texts: Sequence[str]) -> np.ndarray:
-        """Normalised text features in input order. Causal CLIP text towers run on length-sorted batches
-        trimmed to their longest caption (``encode_text_trimmed``: the same features, a fraction of the cost)."""
+        """Normalised text features in input order. Texts with equal token ids are encoded once and share one
+        bit-identical row (a batch's padding and position change the last bits, and the benchmarks' tie rules need
+        equal options to score equal). Causal CLIP text towers run on length-sorted batches trimmed to their
+        longest caption (``encode_text_trimmed``: the same features, a fraction of the cost)."""
         from ..masked import encode_text_trimmed, supports_trimmed_text
 
         if not len(texts):
             return np.zeros((0, 1), np.float32)
-        tokens = self.tokenizer(list(texts))
+        tokens, back = torch.unique(self.tokenizer(list(texts)), dim=0, return_inverse=True)
         trim = supports_trimmed_text(self.model)
-        order = torch.argsort(tokens.argmax(dim=-1), stable=True) if trim else torch.arange(len(texts))
+        order = torch.argsort(tokens.argmax(dim=-1), stable=True) if trim else torch.arange(len(tokens))
         out = torch.empty(0)
-        for i in range(0, len(texts), self.batch_size):
+        for i in range(0, len(tokens), self.batch_size):
             idx = order[i:i + self.batch_size]
             tok = tokens[idx].to(self.device)
             with self._ctx():
                 f = encode_text_trimmed(self.model, tok) if trim else self.model.encode_text(tok)
             f = torch.nn.functional.normalize(f.float(), dim=-1).cpu()
             if not out.numel():
-                out = torch.empty(len(texts), f.shape[1])
+                out = torch.empty(len(tokens), f.shape[1])
             out[idx] = f
-        return out.numpy()
+        return out[back].numpy()
 
     @torch.no_grad()
     def images(self, keys: Sequence[tuple[str, tuple | None]]) -> np.ndarray:
@@ -132,16 +134,26 @@ class Encoder:
 
 
 def score_cases(enc: Encoder, cases: Sequence[Case]) -> list[np.ndarray]:
-    """Cosine scores per case (a K-vector each); cases whose image file is missing get None."""
+    """Cosine scores per case (a K-vector each); cases whose image file is missing get None.
+
+    Options with equal features (equal token ids: ``Encoder.texts``) score exactly equal, as in the authors'
+    einsum: each distinct feature row of a case is scored once and the score copied to its positions (a matrix
+    product gives equal rows at different positions different last bits, which would break exact ties)."""
     img_keys = list(OrderedDict.fromkeys((c.image, c.crop) for c in cases if Path(c.image).is_file()))
     img_index = {k: i for i, k in enumerate(img_keys)}
     texts = list(OrderedDict.fromkeys(t for c in cases for t in c.options))
-    txt_index = {t: i for i, t in enumerate(texts)}
-    I, T = enc.images(img_keys), enc.texts(texts)
+    I, T = enc.images(img_keys), np.ascontiguousarray(enc.texts(texts))
+    rows = T.view(np.dtype((np.void, T.dtype.itemsize * T.shape[1]))).ravel()  # one bytes key per feature row
+    _, first, row_of = np.unique(rows, return_index=True, return_inverse=True)
+    U, txt_row = T[first], dict(zip(texts, row_of.tolist()))
     out = []
     for c in cases:
         k = img_index.get((c.image, c.crop))
-        out.append(None if k is None else T[[txt_index[t] for t in c.options]] @ I[k])
+        if k is None:
+            out.append(None)
+            continue
+        distinct, at = np.unique([txt_row[t] for t in c.options], return_inverse=True)
+        out.append((U[distinct] @ I[k])[at])
     return out
 
 

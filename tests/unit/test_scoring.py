@@ -66,3 +66,39 @@ def test_missing_images_are_refused_unless_allowed_then_counted(world, tmp_path)
         tally(cases, scores, name="sugarcrepe")
     res = tally(cases, scores, allow_missing=True)
     assert n_missing and sum(r.missing_images for r in res.values()) == n_missing
+
+
+def test_equal_token_sequences_score_bit_identically_wherever_they_stand(tmp_path):
+    """#44: options with equal token ids (the same caption, or one spelt with other case / spacing) get exactly
+    equal scores at any position, as in the authors' per-position einsum, so each benchmark's tie rule decides
+    (here truth first: a tie is correct and counted)."""
+    import open_clip
+    import torch
+
+    from model.factory import register_model_configs
+    from model.benchmarks.scoring import Encoder
+    from tests_support import blank_image, coloured_png
+
+    register_model_configs()
+    torch.manual_seed(0)
+    model, _, pre = open_clip.create_model_and_transforms("macco-micro")
+    tok = open_clip.get_tokenizer("macco-micro")
+    enc = Encoder(model, pre, tok, batch_size=3)
+    truth, same = "a man rides a brown horse", ["A MAN rides a brown  horse", " a man  rides a Brown horse "]
+    assert all(torch.equal(tok([truth])[0], tok([s])[0]) for s in same)
+    others = ["a horse rides a brown man", "brown a man a horse rides", "the dog", "a very long caption " * 4]
+    blank_image(tmp_path / "a.jpg")
+    coloured_png(tmp_path / "b.png")
+    cases = []
+    for img in (tmp_path / "a.jpg", tmp_path / "b.png"):
+        for k in range(6):
+            rest = others[k % 4:] + others[:k % 4]
+            opts = [truth, rest[0], same[k % 2], rest[1], truth, rest[2], same[(k + 1) % 2], rest[3], truth]
+            cases.append(Case(str(img), opts, 0, "order"))
+    T = enc.texts([truth, *others, *same, truth])
+    assert all(np.array_equal(T[0], T[i]) for i in (5, 6, 7))
+    scores = score_cases(enc, cases)
+    for s in scores:
+        assert s[0] == s[2] == s[4] == s[6] == s[8] and len(set(s.tolist())) == 5
+    r = tally(cases, scores)["order"]
+    assert r.ties == r.n == 12 and r.correct == sum(int(s[0] == s.max()) for s in scores)
