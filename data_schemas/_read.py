@@ -107,8 +107,38 @@ def _content_hash(path: Path, manifest: dict) -> str:
     return _HASHES[key]
 
 
+def _check_entries(path: Path, manifest: dict, name: str) -> None:
+    """Raise unless the manifest agrees with itself: ``parts`` and the per-part entries (``part_info``) name the same
+    parts and their recorded rows sum to ``rows`` (a hand-edited manifest that drops a part and lowers ``rows``
+    would otherwise look complete). A manifest without per-part entries (a foreign one) records less: not checked."""
+    written = manifest.get("part_info") or {}
+    if not written:
+        return
+    where = f"table {name}: {path / MANIFEST}"
+    if not isinstance(written, dict) or not all(isinstance(i, dict) and isinstance(i.get("rows"), int)
+                                                 and not isinstance(i.get("rows"), bool) for i in written.values()):
+        raise TableError(f"{where}: part_info is not one {{rows, bytes, mtime_ns, sha256}} entry per part; rerun "
+                         "the stage that writes it")
+    listed = manifest.get("parts", [])
+    unlisted = sorted(set(written) - set(listed))
+    if unlisted:
+        lost = sum(written[p]["rows"] for p in unlisted)
+        raise TableError(f"{where}: part_info records {', '.join(unlisted)} ({lost} rows), which parts does not list "
+                         "(a part dropped from the manifest?); rerun the stage that writes it")
+    unrecorded = [p for p in listed if p not in written]
+    if unrecorded:
+        raise TableError(f"{where}: parts lists {', '.join(unrecorded)}, which part_info does not record (a part "
+                         "added to the manifest?); rerun the stage that writes it")
+    recorded = sum(written[p]["rows"] for p in listed)
+    if "rows" in manifest and recorded != manifest["rows"]:
+        raise TableError(f"{where}: rows is {manifest['rows']}, its parts' entries record {recorded}; rerun the stage "
+                         "that writes it")
+
+
 def _check_parts(path: Path, manifest: dict, name: str) -> dict[str, pq.FileMetaData]:
-    """{part: footer}, after checking every part is readable and holds the rows the manifest says."""
+    """{part: footer}, after checking the manifest agrees with itself (``_check_entries``) and every part is
+    readable and holds the rows the manifest says."""
+    _check_entries(path, manifest, name)
     footers = {p: _footer(path, p, name) for p in manifest.get("parts", [])}
     written = manifest.get("part_info") or {}
     for part, meta in footers.items():

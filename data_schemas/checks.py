@@ -1,12 +1,14 @@
-"""Run every table's DuckDB checks over a set of table directories; the result is a check table."""
+"""Run every table's DuckDB checks over a set of table directories; the result is a check table. Before any check
+trusts a manifest, a table a flow stage wrote is compared with that stage's record (``verify_recorded``)."""
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import TABLES
 from ._read import read_manifest, table_files, verify_table
-from ._spec import TableError, TableSpec
+from ._spec import MANIFEST, TableError, TableSpec
 
 @dataclass
 class CheckParams:
@@ -103,6 +105,47 @@ def create_views(con, tables: dict[str, str | Path | list]) -> None:
         con.execute(f"create or replace view {name} as {view_sql(name, paths)}")
 
 
+STAGE_RECORD = "stage.json"  # what a flow stage writes beside its tables (flows.runner): each table's rows and hash
+
+
+def recorded_difference(path: str | Path, recorded: dict) -> str | None:
+    """How the manifest of the table in ``path`` differs from what the stage that wrote it recorded (``recorded``:
+    its ``{rows, content_hash}`` in the stage record), or None. The record is written after the table and names
+    what the stage made: a manifest whose rows or content hash changed since (a part dropped and ``rows`` lowered to
+    match; ``content_hash`` edited) is not what the stage made, and verifying that costs no byte of the parts."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    differs = [f"{k} {manifest.get(k)!r} (the stage recorded {recorded[k]!r})" for k in ("rows", "content_hash")
+               if recorded.get(k) is not None and manifest.get(k) != recorded[k]]
+    if not differs:
+        return None
+    return (f"table {manifest.get('table') or path.name}: {path / MANIFEST} says {' and '.join(differs)}: the "
+            f"manifest was changed after its stage wrote it")
+
+
+def _stage_entry(path: Path) -> dict | None:
+    """The entry of the table in ``path`` in the record of the flow stage whose folder holds it, if there is one."""
+    try:
+        record = json.loads((path.parent / STAGE_RECORD).read_text())
+        outputs = record.get("outputs", {}).values()
+    except (OSError, ValueError, AttributeError):  # no record, or a damaged one (the runner names it, redoes it)
+        return None
+    return next((e for e in outputs if isinstance(e, dict) and e.get("kind") == "table"
+                 and isinstance(e.get("dir"), str) and Path(e["dir"]).name == path.name), None)
+
+
+def verify_recorded(tables: dict[str, str | Path | list]) -> None:
+    """Every table of ``tables`` that a flow stage wrote checked against that stage's record
+    (``recorded_difference``); raises the ``TableError`` naming the first that differs. A table a verb wrote has
+    no record: its manifest's own consistency is what ``table_files`` checks."""
+    for name in tables:
+        for d in _dirs(tables[name]):
+            entry = _stage_entry(Path(d))
+            problem = recorded_difference(d, entry) if entry is not None else None
+            if problem is not None:
+                raise TableError(f"{problem}; rerun the stage that writes it (the flow redoes it)")
+
+
 def verify_deep(tables: dict[str, str | Path | list], names: list[str] | None = None) -> None:
     """Re-hash every part of ``tables`` (or of ``names``) against its manifest, trusting no size or mtime; raises
     the ``TableError`` naming the first table and part that changed."""
@@ -134,6 +177,7 @@ def run_checks(tables: dict[str, str | Path | list], params: CheckParams | dict 
     import duckdb
 
     params = asdict(check_params(params))
+    verify_recorded(tables)  # a manifest changed since its stage recorded it: named before any check trusts it
     con = duckdb.connect()
     create_views(con, tables)
     results: list[CheckResult] = []

@@ -5,10 +5,13 @@
   into the ``--out`` folder it is given.
 - **Locks.** One exclusive lock per output for as long as the stage decides about it and writes it (a flow stage's
   folder; each table a verb writes; a training folder): a second writer fails at once with one line naming the
-  holder. The ``errors`` table several stages share is written under its own lock (``data_schemas.write_table``):
-  concurrent stages keep each other's rows.
-- **The done rule** (``stage_done``): ``stage.json`` exists and every table and file it lists is as written. A
-  damaged ``stage.json`` is named and the stage redone, never a traceback.
+  holder. A lock file that is a link, and a stage folder (or a folder between it and the artifacts root) that is a
+  symbolic link, are refused in one line: the runner never writes or removes through a link it did not make. The
+  ``errors`` table several stages share is written under its own lock (``data_schemas.write_table``): concurrent
+  stages keep each other's rows.
+- **The done rule** (``stage_done``): ``stage.json`` exists and every table and file it lists is as written (a table's
+  manifest: consistent with itself and with the rows and content hash ``stage.json`` recorded). A damaged
+  ``stage.json`` or a table that differs is named and the stage redone, never a traceback.
 - **Never replacing what is not ours.** A file where a table or folder is to be written, or a non-empty folder that
   is not a table, is refused in one line before any work.
 
@@ -27,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from data_schemas import TABLES, InputFileError, TableError, is_complete, refuse_unreadable, replace_file
+from data_schemas import TABLES, InputFileError, TableError, refuse_unreadable, replace_file, verify_table
+from data_schemas.checks import STAGE_RECORD, recorded_difference
 from data_schemas.config import ConfigError, safe_name
 from flows.catalog import Catalog
 from flows.registry import BY_NAME, ORDER, STAGES
 from flows.stage import Call, Stage, _print, stage_key
 
-STAGE_FILE = "stage.json"
+STAGE_FILE = STAGE_RECORD  # the stage's record, which validate also compares the stage's tables with
 # what a run fails with as one line: the user's input, config or artifacts, not a bug (the flow run's message;
 # `macco run` prints it, exit 2)
 USER_ERRORS = (InputFileError, ConfigError, FileNotFoundError)
@@ -63,8 +67,9 @@ def read_stage(d: str | Path) -> dict:
 
 def stage_done(d: str | Path, log: Callable[[str], None] | None = None) -> bool:
     """The one rule for "already done": ``stage.json`` exists and every table and file it lists is complete (a
-    table: its parts as written, ``data_schemas.is_complete``; a file: present with the size it had when the stage
-    finished). A damaged ``stage.json`` is not done (``log`` names it)."""
+    table: its parts as written, ``data_schemas.verify_table``, and its manifest the one the stage recorded:
+    ``recorded_difference``; a file: present with the size it had when the stage finished). A damaged
+    ``stage.json`` or a table that differs is not done (``log`` names it and what differs)."""
     if not (Path(d) / STAGE_FILE).exists():
         return False
     try:
@@ -75,12 +80,17 @@ def stage_done(d: str | Path, log: Callable[[str], None] | None = None) -> bool:
             if not listed.is_file():
                 return False
             sizes = {str(Path(d) / f): n for f, n in json.loads(listed.read_text()).items()}
-        tables = [e["dir"] for e in m.get("outputs", {}).values() if e.get("kind") == "table"]
+        tables = [e for e in m.get("outputs", {}).values() if e.get("kind") == "table"]
         files = [*m.get("files", []), *sizes]
+        for e in tables:
+            verify_table(e["dir"])
+            problem = recorded_difference(e["dir"], e)
+            if problem is not None:
+                raise TableError(problem)
     except (TableError, json.JSONDecodeError, AttributeError, KeyError, TypeError) as exc:
         (log or _print)(f"{d}: {exc}: not done, redone")
         return False
-    return all(is_complete(t) for t in tables) and all(_file_as_written(f, sizes.get(f)) for f in files)
+    return all(_file_as_written(f, sizes.get(f)) for f in files)
 
 
 def _file_as_written(path: str, size: int | None) -> bool:
@@ -105,11 +115,31 @@ def write_stage(d: Path, manifest: dict) -> dict:
 @contextmanager
 def output_lock(lock_file: Path, what: Path):
     """An exclusive lock on one output (``what``) held while this process decides about it and writes it: a
-    second writer fails at once with one line naming the holder, instead of interleaving with the first."""
+    second writer fails at once with one line naming the holder, instead of interleaving with the first.
+
+    The lock file is never followed: a symbolic link at its path (``O_NOFOLLOW``), a hard link to another file or
+    anything but a regular file is refused in one line, so the holder line this writes never lands in a file the
+    runner did not make."""
     import fcntl
+    import stat
 
     lock_file.parent.mkdir(parents=True, exist_ok=True)
-    f = open(lock_file, "a+")
+    how = "remove it (nothing in a lock file is needed once no macco process holds it) and rerun"
+    try:  # O_NONBLOCK: a FIFO put at the lock path is refused below, never waited on
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if lock_file.is_symlink():
+            raise InputFileError(f"{lock_file}: the lock file is a symbolic link (to {os.readlink(lock_file)}); the "
+                                 f"runner never writes through a link it did not make: {how}") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        kind = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"a hard link ({st.st_nlink} names)"
+        raise InputFileError(f"{lock_file}: the lock file is {kind}; the runner never writes into a file it did not "
+                             f"make: {how}")
+    os.set_blocking(fd, True)
+    f = os.fdopen(fd, "r+")
     try:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -125,6 +155,22 @@ def output_lock(lock_file: Path, what: Path):
         yield
     finally:
         f.close()  # closing releases the lock
+
+
+def refuse_links(path: Path, root: Path) -> None:
+    """One line when ``path``, or a folder between ``root`` and it, is a symbolic link: the runner writes and removes
+    (``--force``) only what it made, and a link there would send a stage's writes or its removal outside ``root``.
+    ``root`` itself may be a link (where the user keeps the artifacts is the user's choice)."""
+    try:
+        rel = path.relative_to(root)
+    except ValueError:  # not under root: the path itself
+        root, rel = path.parent, Path(path.name)
+    for i in range(len(rel.parts)):
+        p = root.joinpath(*rel.parts[:i + 1])
+        if p.is_symlink():
+            raise InputFileError(f"{p}: is a symbolic link (to {os.readlink(p)}); the runner never writes into or "
+                                 f"removes a folder through a link it did not make: remove the link (rm {p}), or "
+                                 f"move the folder it points to there, and rerun")
 
 
 def check_writable(path: Path) -> None:
@@ -147,6 +193,7 @@ def check_outputs(stage: Stage, out: Path) -> list[Path]:
         raise InputFileError(f"{out}: is a file, not a folder; give a folder for the stage's output")
     tables = [out / w for w in stage.writes if w in TABLES]
     for t in tables:
+        refuse_links(t, out)  # ``out`` itself may be a link: the folder the user gave
         refuse_unreadable(t)
     return [t for t in tables if t.name != "errors"] or [out]
 
@@ -227,8 +274,11 @@ class Runner:
         key = stage_key(stage, read_hashes, section, extras)
         out = Path(out) if out is not None else self.stage_dir(stage.name, key, label)
         call = Call(section, inputs, out, key, log=self.log, label=label, extra=extra or {})
+        locks = self.art / ".locks"
+        refuse_links(out, self.art)  # a stage folder (or one above it) that is a link: one line, nothing followed
+        refuse_links(locks, self.art)
         check_writable(out)  # before any work (a read-only artifacts folder: one line, nothing computed)
-        with output_lock(self.art / ".locks" / f"{out.parent.name}-{out.name}.lock", out):
+        with output_lock(locks / f"{out.parent.name}-{out.name}.lock", out):
             if not stage.cached:  # written every time (the report)
                 return self._execute(stage, call, True)
             run, refresh = self.prepare(stage.name, out)

@@ -2,7 +2,8 @@
 table.
 
 Bad files raise ``InputFileError``/``FileNotFoundError`` naming the file and field; bad items (a caption whose
-image is unknown, an empty caption, a missing image file) become rows of the ``errors`` table.
+image is unknown, an empty caption, a missing image file, a string that is not valid Unicode) become rows of the
+``errors`` table.
 """
 from __future__ import annotations
 
@@ -14,11 +15,9 @@ from typing import Any
 
 from data_schemas import InputFileError, load_json
 from data_schemas.errors import error_row
+from pipeline.text_checks import caption_problem, shown, unicode_problem
 
 STAGE = "captions"
-# the longest caption a source keeps: CLIP reads 77 tokens (about 60 words, a few hundred characters); a longer
-# "caption" is a document, not a caption (spaCy refuses a text over 1,000,000 characters, E088)
-MAX_CAPTION_CHARS = 2000
 COCO_CAPTIONS_NAME = re.compile(r"captions_(?P<split>[A-Za-z]+)2014")
 DEFAULT_SPLIT = "train"
 
@@ -34,27 +33,6 @@ def _require(obj: Any, key: str, path: Path, where: str, kind: type | tuple[type
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise InputFileError(f"{path}: {where}: field {key!r} must be {names}, got {type(value).__name__}")
     return value
-
-
-def caption_problem(text) -> tuple[str, str] | None:
-    """The one rule every source applies to a caption's text (None: keep it, stripped): ``non_text_caption`` (not a
-    string), ``empty_caption`` (empty or whitespace), ``caption_too_long`` (over ``MAX_CAPTION_CHARS`` characters),
-    ``control_character`` (a control character other than tab, newline and carriage return, e.g. NUL: it would be
-    stored and parsed as a word), ``no_words`` (no letter or digit: punctuation alone has nothing to parse)."""
-    import unicodedata
-
-    if text is not None and not isinstance(text, str):
-        return "non_text_caption", f"caption must be text, got {type(text).__name__}"
-    if text is None or not text.strip():
-        return "empty_caption", "empty caption"
-    if len(text) > MAX_CAPTION_CHARS:
-        return "caption_too_long", f"caption of {len(text):,} characters (at most {MAX_CAPTION_CHARS:,})"
-    bad = next(((i, c) for i, c in enumerate(text) if c not in "\t\n\r" and unicodedata.category(c) == "Cc"), None)
-    if bad is not None:
-        return "control_character", f"control character U+{ord(bad[1]):04X} at character {bad[0]} of the caption"
-    if not any(c.isalnum() for c in text):
-        return "no_words", f"caption without a letter or digit: {text.strip()[:40]!r}"
-    return None
 
 
 def check_unique_id(seen: dict, value, path: Path, where: str, field: str = "id") -> None:
@@ -79,16 +57,22 @@ class CaptionRead:
         return {"captions": len(self.rows), "errors": len(self.errors), "error_reasons": reasons}
 
 
-def _images_index(images: list, path: Path) -> dict[int, dict]:
-    index, seen = {}, {}
+def _images_index(images: list, path: Path) -> tuple[dict[int, dict], dict[int, tuple[str, str]]]:
+    """({image id: file name and size}, {image id: (reason, message)} of the entries holding a string that is not
+    valid Unicode: their captions become error rows)."""
+    index, bad, seen = {}, {}, {}
     for i, im in enumerate(images):
         where = f"images[{i}]"
         iid = _require(im, "id", path, where, int)
         check_unique_id(seen, iid, path, where)
+        problem = unicode_problem(im, f"{shown(path)}: {where}:")
+        if problem is not None:
+            bad[iid] = problem
+            continue
         index[iid] = {"file_name": _require(im, "file_name", path, where, str),
                       "width": _require(im, "width", path, where, int),
                       "height": _require(im, "height", path, where, int)}
-    return index
+    return index, bad
 
 
 def read_coco_captions(captions_json: str | Path, *, split: str, images_dir: str | Path | None = None) -> CaptionRead:
@@ -97,7 +81,8 @@ def read_coco_captions(captions_json: str | Path, *, split: str, images_dir: str
     data = load_json(path)
     images = _require(data, "images", path, "top level", list)
     anns = _require(data, "annotations", path, "top level", list)
-    index = _images_index(images, path)
+    index, bad_images = _images_index(images, path)
+    src = shown(path)
     out = CaptionRead()
     exists: dict[int, bool] = {}
     seen: dict[int, str] = {}
@@ -106,13 +91,17 @@ def read_coco_captions(captions_json: str | Path, *, split: str, images_dir: str
         cid = _require(ann, "id", path, where, int)
         check_unique_id(seen, cid, path, where)
         iid = _require(ann, "image_id", path, where, int)
+        problem = unicode_problem(ann, f"{src}: {where}:") or bad_images.get(iid)
+        if problem is not None:
+            out.errors.append(error_row(STAGE, cid, *problem))
+            continue
         text = _require(ann, "caption", path, where, (str, type(None)))
         if iid not in index:
-            out.errors.append(error_row(STAGE, cid, "unknown_image", f"{path}: {where}: image_id {iid} not in images"))
+            out.errors.append(error_row(STAGE, cid, "unknown_image", f"{src}: {where}: image_id {iid} not in images"))
             continue
         problem = caption_problem(text)
         if problem is not None:
-            out.errors.append(error_row(STAGE, cid, problem[0], f"{path}: {where}: {problem[1]}"))
+            out.errors.append(error_row(STAGE, cid, problem[0], f"{src}: {where}: {problem[1]}"))
             continue
         im = index[iid]
         if images_dir is not None:
@@ -120,7 +109,7 @@ def read_coco_captions(captions_json: str | Path, *, split: str, images_dir: str
                 exists[iid] = (Path(images_dir) / im["file_name"]).is_file()
             if not exists[iid]:
                 out.errors.append(error_row(STAGE, cid, "missing_image",
-                                            f"{Path(images_dir) / im['file_name']}: image file not found"))
+                                            f"{shown(Path(images_dir) / im['file_name'])}: image file not found"))
                 continue
         out.rows.append({"caption_id": cid, "image_id": iid, "file_name": im["file_name"], "width": im["width"],
                          "height": im["height"], "caption": text.strip(), "split": split})
@@ -133,11 +122,13 @@ def read_coco_instances(instances_json: str | Path) -> dict[int, list[dict]]:
     data = load_json(path)
     cats = {}
     for i, c in enumerate(_require(data, "categories", path, "top level", list)):
+        _refuse_bad_text(c, path, f"categories[{i}]")
         cats[_require(c, "id", path, f"categories[{i}]", int)] = _require(c, "name", path, f"categories[{i}]", str)
     by_image: dict[int, list[dict]] = {}
     seen: dict = {}
     for i, ann in enumerate(_require(data, "annotations", path, "top level", list)):
         where = f"annotations[{i}]"
+        _refuse_bad_text(ann, path, where)
         iid = _require(ann, "image_id", path, where, int)
         if isinstance(ann, dict) and ann.get("id") is not None:
             check_unique_id(seen, ann["id"], path, where)
@@ -154,6 +145,13 @@ def read_coco_instances(instances_json: str | Path) -> dict[int, list[dict]]:
     return by_image
 
 
+def _refuse_bad_text(value, path: Path, where: str) -> None:
+    """``unicode_problem`` where a reader has no error rows (the instances file: boxes, not captions): one line."""
+    problem = unicode_problem(value, f"{shown(path)}: {where}:")
+    if problem is not None:
+        raise InputFileError(problem[1])
+
+
 def read_karpathy(dataset_json: str | Path, *, splits: tuple[str, ...] = ("train", "restval", "val", "test"),
                   image_root: str | Path | None = None, sizes: dict[int, tuple[int, int]] | None = None
                   ) -> CaptionRead:
@@ -166,7 +164,7 @@ def read_karpathy(dataset_json: str | Path, *, splits: tuple[str, ...] = ("train
 
     path = Path(dataset_json)
     data = load_json(path)
-    out = CaptionRead()
+    out, src = CaptionRead(), shown(path)
     seen: dict[int, str] = {}
     images = ImageSizes(Path(image_root)) if image_root is not None else None
     for i, im in enumerate(_require(data, "images", path, "top level", list)):
@@ -176,13 +174,18 @@ def read_karpathy(dataset_json: str | Path, *, splits: tuple[str, ...] = ("train
             continue
         rel = f"{_require(im, 'filepath', path, where, str)}/{_require(im, 'filename', path, where, str)}"
         iid = _require(im, "cocoid", path, where, int)
+        bad = unicode_problem({k: v for k, v in im.items() if k != "sentences"}, f"{src}: {where}:")
+        if bad is not None:  # a file name that is not valid Unicode: an error row per caption
+            for j, s in enumerate(_require(im, "sentences", path, where, list)):
+                out.errors.append(error_row(STAGE, _require(s, "sentid", path, f"{where}.sentences[{j}]", int), *bad))
+            continue
         size = (sizes or {}).get(iid)
         if size is None and image_root is not None:
             size = images.size(rel)
             if isinstance(size, ImageProblem):  # missing, unreadable or too large: an error row per caption
                 for j, s in enumerate(_require(im, "sentences", path, where, list)):
                     out.errors.append(error_row(STAGE, _require(s, "sentid", path, f"{where}.sentences[{j}]", int),
-                                                size.reason, str(size)))
+                                                size.reason, shown(size)))
                 continue
         if size is None:
             raise InputFileError(f"{path}: {where}: no image size for cocoid {iid} (pass sizes= or image_root=)")
@@ -190,10 +193,14 @@ def read_karpathy(dataset_json: str | Path, *, splits: tuple[str, ...] = ("train
             w2 = f"{where}.sentences[{j}]"
             sid = _require(s, "sentid", path, w2, int)
             check_unique_id(seen, sid, path, w2, "sentid")
+            bad = unicode_problem(s, f"{src}: {w2}:")
+            if bad is not None:
+                out.errors.append(error_row(STAGE, sid, *bad))
+                continue
             raw = _require(s, "raw", path, w2, str)
             problem = caption_problem(raw)
             if problem is not None:
-                out.errors.append(error_row(STAGE, sid, problem[0], f"{path}: {w2}: {problem[1]}"))
+                out.errors.append(error_row(STAGE, sid, problem[0], f"{src}: {w2}: {problem[1]}"))
                 continue
             out.rows.append({"caption_id": sid, "image_id": iid, "file_name": rel, "width": int(size[0]),
                              "height": int(size[1]), "caption": raw.strip(), "split": split})
@@ -269,29 +276,34 @@ def text_lines(path: Path):
 def not_utf8_error(path: Path, n: int, where: str, item_id=None) -> dict:
     """The error row of a line that is not valid UTF-8 (``item_id``: the caption's, else ``line:N``)."""
     return error_row(STAGE, f"line:{n}" if item_id is None else item_id, "not_utf8",
-                     f"{path}: line {n}: not UTF-8 text at {where}; re-encode the file as UTF-8")
+                     f"{shown(path)}: line {n}: not UTF-8 text at {where}; re-encode the file as UTF-8")
 
 
 def jsonl_records(path: Path, errors: list[dict] | None = None):
     """(line number, object) for every non-blank line of a JSONL file; a line that is not a JSON object is an
-    ``InputFileError`` naming file, line and the line's start. A line that is not UTF-8 is a ``not_utf8`` row
-    added to ``errors`` and skipped, or, without ``errors``, an ``InputFileError``."""
+    ``InputFileError`` naming file, line and the line's start. A line that is not UTF-8 (``not_utf8``) or whose
+    object holds a key or string that is not valid Unicode (``unicode_problem``) is a row added to ``errors`` and
+    skipped, or, without ``errors``, an ``InputFileError``."""
     for n, line in text_lines(path):
         if isinstance(line, NotUtf8):
             row = not_utf8_error(path, n, line)
-            if errors is None:
-                raise InputFileError(row["message"])
-            errors.append(row)
+        elif not line.strip():
             continue
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputFileError(f"{path}: line {n}: not valid JSON ({exc.msg}): {line[:80]!r}") from exc
-        if not isinstance(rec, dict):
-            raise InputFileError(f"{path}: line {n}: a JSON object expected, got {line[:80]!r}")
-        yield n, rec
+        else:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputFileError(f"{path}: line {n}: not valid JSON ({exc.msg}): {line[:80]!r}") from exc
+            if not isinstance(rec, dict):
+                raise InputFileError(f"{path}: line {n}: a JSON object expected, got {line[:80]!r}")
+            bad = unicode_problem(rec, f"{shown(path)}: line {n}:")
+            if bad is None:
+                yield n, rec
+                continue
+            row = error_row(STAGE, f"line:{n}", *bad)
+        if errors is None:
+            raise InputFileError(row["message"])
+        errors.append(row)
 
 
 def read_caption_jsonl(path: str | Path, *, split: str, image_root: str | Path | None = None) -> CaptionRead:
@@ -306,7 +318,7 @@ def read_caption_jsonl(path: str | Path, *, split: str, image_root: str | Path |
 
     path = Path(path)
     images = ImageSizes(Path(image_root)) if image_root is not None else None
-    out, seen = CaptionRead(), {}
+    out, seen, src = CaptionRead(), {}, shown(path)
     for n, rec in jsonl_records(path, out.errors):
         where = f"line {n}"
         cid = _require(rec, "id", path, where, int)
@@ -317,13 +329,13 @@ def read_caption_jsonl(path: str | Path, *, split: str, image_root: str | Path |
         text, file_name = rec["caption"], rec.get("file_name") or ""
         problem = caption_problem(text)
         if problem is not None:
-            out.errors.append(error_row(STAGE, cid, problem[0], f"{path}: {where}: {problem[1]}"))
+            out.errors.append(error_row(STAGE, cid, problem[0], f"{src}: {where}: {problem[1]}"))
             continue
         size = (_positive_int(rec.get("width")), _positive_int(rec.get("height")))
         if images is not None and file_name:
             size = images.size(file_name)
             if isinstance(size, str):
-                out.errors.append(error_row(STAGE, cid, size.reason, f"{path}: {where}: {size}"))
+                out.errors.append(error_row(STAGE, cid, size.reason, f"{src}: {where}: {shown(size)}"))
                 continue
         out.rows.append({"caption_id": cid, "image_id": iid, "file_name": str(file_name), "width": int(size[0]),
                          "height": int(size[1]), "caption": text.strip(), "split": rec.get("split") or split})

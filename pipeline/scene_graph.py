@@ -350,7 +350,7 @@ def parse_captions(captions: list[dict], nlp, *, parser: str = "rules", batch_si
     errors: list[dict] = []
     graphs: dict[int, list[Concept]] = {}
     good = []
-    from pipeline.captions import caption_problem
+    from pipeline.text_checks import caption_problem
 
     for c in captions:  # the sources' caption rule again: a captions table may come from elsewhere
         problem = caption_problem(c.get("caption"))

@@ -10,7 +10,8 @@
 Every reader takes the image size from the image itself (never from the input file; as displayed, EXIF
 orientation applied), gives each image a stable
 ``image_id`` (from its path under the image root; in the store the path is the content hash) and turns bad items
-(missing or unreadable image, empty caption, a sample without image or caption) into ``errors`` rows.
+(missing or unreadable image, empty caption, a sample without image or caption, a caption, file name, member
+name or JSON key that is not valid Unicode: ``pipeline.text_checks.unicode_problem``) into ``errors`` rows.
 Malformed files (bad JSON, a missing column) raise ``InputFileError`` naming the file, line and value.
 """
 from __future__ import annotations
@@ -24,8 +25,9 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from data_schemas.errors import error_row
-from pipeline.captions import (STAGE, CaptionRead, InputFileError, NotUtf8, caption_problem, check_unique_id,
-                               jsonl_records, not_utf8_error, text_lines)
+from pipeline.captions import (STAGE, CaptionRead, InputFileError, NotUtf8, check_unique_id, jsonl_records,
+                               not_utf8_error, text_lines)
+from pipeline.text_checks import caption_problem, shown, unicode_problem
 from pipeline.images import ImageSizes
 
 Source = Literal["coco", "csv", "folder", "webdataset", "macco-tsv"]  # macco-tsv: pipeline.macco_tsv
@@ -48,14 +50,16 @@ def image_id_of(file_name: str) -> int:
 
 def _add(out: CaptionRead, images: ImageSizes, caption_id: int, file_name: str, caption, split: str,
          where: str) -> None:
-    """One caption row, or the error row that says why not (``caption_problem``: the one caption rule)."""
-    problem = caption_problem(caption)
+    """One caption row, or the error row that says why not (``caption_problem``: the one caption rule; a file name
+    that is not valid Unicode: ``unicode_problem``). ``where`` is shown as valid Unicode (``shown``)."""
+    where = shown(where)
+    problem = caption_problem(caption) or unicode_problem(file_name, "file name", name=True)
     if problem is not None:
         out.errors.append(error_row(STAGE, caption_id, problem[0], f"{where}: {problem[1]}"))
         return
     size = images.size(file_name)
     if isinstance(size, str):
-        out.errors.append(error_row(STAGE, caption_id, size.reason, f"{where}: {size}"))
+        out.errors.append(error_row(STAGE, caption_id, size.reason, f"{where}: {shown(size)}"))
         return
     out.rows.append({"caption_id": caption_id, "image_id": image_id_of(file_name), "file_name": file_name,
                      "width": int(size[0]), "height": int(size[1]), "caption": caption.strip(),
@@ -97,7 +101,7 @@ def csv_records(path: Path, separator: str, required: tuple[str, ...], errors: l
     for n, line in lines:
         if not isinstance(line, NotUtf8) and not line.strip():
             continue
-        where = f"{path}: line {n}"
+        where = f"{shown(path)}: line {n}"
         i += 1
         if isinstance(line, NotUtf8):
             errors.append(not_utf8_error(path, n, line, i))
@@ -145,7 +149,7 @@ def read_folder_source(captions_jsonl: str | Path, *, image_root: str | Path | N
     images, out = ImageSizes(root), CaptionRead()
     seen: dict[int, str] = {}
     for n, rec in jsonl_records(path, out.errors):
-        where = f"{path}: line {n}"
+        where = f"{shown(path)}: line {n}"
         for k in ("file_name", "caption"):
             if k not in rec:
                 raise InputFileError(f"{where}: missing field {k!r} (fields: {sorted(rec)})")
@@ -172,13 +176,25 @@ def expand_shards(patterns: str | list[str]) -> list[str]:
     return out
 
 
+class BadText(ValueError):
+    """A sample's member name or ``.json`` holding a string that is not valid Unicode: (reason, message)."""
+
+
 def _caption_of(sample: dict) -> str | None:
     """A sample's caption from its ``.txt`` (UTF-8) or its ``.json``'s ``caption``; raises UnicodeDecodeError /
-    json.JSONDecodeError for bytes that are not UTF-8 text / not JSON (never stored with U+FFFD)."""
+    json.JSONDecodeError for bytes that are not UTF-8 text / not JSON (never stored with U+FFFD), ``BadText`` for
+    a member name or a ``.json`` key or string that is not valid Unicode (``unicode_problem``)."""
+    for member in [sample.get("__key__", "")] + [k for k in sample if not k.startswith("__")]:
+        problem = unicode_problem(member, "member name", name=True)
+        if problem is not None:
+            raise BadText(*problem)
     if "txt" in sample:
         return sample["txt"].decode("utf-8")
     if "json" in sample:
         meta = json.loads(sample["json"].decode("utf-8"))
+        problem = unicode_problem(meta, ".json")
+        if problem is not None:
+            raise BadText(*problem)
         if isinstance(meta, dict):
             return meta.get("caption")
     return None
@@ -205,13 +221,16 @@ def read_webdataset_source(patterns: str | list[str], store: str | Path, *, spli
                              nodesplitter=lambda urls: urls, workersplitter=lambda urls: urls)
     images = ImageSizes(store)
     for i, sample in enumerate(dataset):
-        where = f"{sample.get('__url__', '?')}: sample {sample.get('__key__', '?')}"
+        where = shown(f"{sample.get('__url__', '?')}: sample {sample.get('__key__', '?')}")
         ext = next((e for e in IMAGE_EXTS if e in sample), None)
         if ext is None:
             out.errors.append(error_row(STAGE, i, "missing_image", f"{where}: no image ({'/'.join(IMAGE_EXTS)})"))
             continue
         try:
             caption = _caption_of(sample)
+        except BadText as exc:
+            out.errors.append(error_row(STAGE, i, exc.args[0], f"{where}: {exc.args[1]}"))
+            continue
         except UnicodeDecodeError as exc:
             member = "txt" if "txt" in sample else "json"
             out.errors.append(error_row(STAGE, i, "not_utf8", f"{where}: .{member} is not UTF-8 text at byte "
@@ -231,5 +250,5 @@ def read_webdataset_source(patterns: str | list[str], store: str | Path, *, spli
             os.replace(tmp, target)
         _add(out, images, i, file_name, caption, split, where)
     for k, msg in enumerate(failures):
-        out.errors.append(error_row(STAGE, f"shard-error:{k}", "unreadable_shard", msg))
+        out.errors.append(error_row(STAGE, f"shard-error:{k}", "unreadable_shard", shown(msg)))
     return out

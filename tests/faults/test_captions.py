@@ -1,9 +1,10 @@
 """Faults in caption files (pipeline/captions.py): bad captions are error rows, image sizes come from the images, the
-split is explicit, malformed / non-UTF-8 / duplicate-id input is an error row or one line."""
+split is explicit, malformed / non-UTF-8 / not-Unicode / duplicate-id input is an error row or one line."""
 from __future__ import annotations
 
 import json
 
+import pytest
 from PIL import Image
 
 from data_schemas import TABLES, read_table
@@ -112,3 +113,54 @@ def test_coco_json_with_duplicate_annotation_ids_is_refused_as_jsonl_is(tmp_path
                                                 for c in (CAPTION, "x")))
     assert main(["parse", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "o")]) == 2
     assert "line 2: id 7 already used at line 1" in lenient_one_line_error(capsys, "parse")
+
+
+def test_a_lone_surrogate_in_a_caption_or_key_is_an_error_row_the_rest_kept(tmp_path, capsys):
+    """#48: a lone surrogate ("\\ud800" in JSON: an emoji cut in half) in one caption crashed `macco parse` with a
+    UnicodeEncodeError and no table (JSONL and COCO json). Now each string that is not valid Unicode (a caption, a
+    key, an image's file name) is an error row naming file and line or entry; the other captions are kept."""
+    png(tmp_path / "one.png")
+    lines = [{"id": 1, "image_id": 1, "caption": "a red circle \ud800"},
+             {"id": 2, "image_id": 1, "caption": CAPTION, "n\ud83dte": 1},
+             {"id": 3, "image_id": 1, "caption": CAPTION}]
+    (tmp_path / "c.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")  # ensure_ascii: "\ud800"
+    assert main(["parse", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "P"), "--model", "macco-micro"]) == 0
+    assert [c["caption_id"] for c in captions(tmp_path / "P")] == [3]
+    errs = [e for e in errors(tmp_path / "P") if e["stage"] == "captions"]
+    assert [(e["item_id"], e["reason"]) for e in errs] == [("line:1", "invalid_unicode"), ("line:2", "invalid_unicode")]
+    assert f"{tmp_path / 'c.jsonl'}: line 1: ['caption'] is not valid Unicode: a lone surrogate U+D800" in errs[0][
+        "message"]
+    assert "line 2: key is not valid Unicode: a lone surrogate U+D83D" in errs[1]["message"]
+    coco = coco_json(tmp_path / "captions_val2014.json", [
+        {"id": 1, "image_id": 1, "caption": "a cat \udfff"}, {"id": 2, "image_id": 1, "caption": CAPTION},
+        {"id": 3, "image_id": 2, "caption": CAPTION}], images=(
+        {"id": 1, "file_name": "one.png", "width": 40, "height": 30},
+        {"id": 2, "file_name": "tw\udcffo.png", "width": 40, "height": 30}))
+    assert main(["parse", str(coco), "--out", str(tmp_path / "C"), "--model", "macco-micro"]) == 0
+    assert [c["caption_id"] for c in captions(tmp_path / "C")] == [2]
+    errs = {e["item_id"]: e for e in errors(tmp_path / "C") if e["stage"] == "captions"}
+    assert {k: e["reason"] for k, e in errs.items()} == {"1": "invalid_unicode", "3": "invalid_unicode"}
+    assert "captions_val2014.json: annotations[0]: ['caption'] is not valid" in errs["1"]["message"]
+    assert "captions_val2014.json: images[1]: ['file_name'] is not valid" in errs["3"]["message"]
+    capsys.readouterr()
+    assert main(["validate", str(tmp_path / "C")]) == 0
+
+
+def test_the_karpathy_and_instances_files_check_their_strings_too(tmp_path):
+    """The same rule in the other COCO readers: a Karpathy sentence or file name that is not valid Unicode is an
+    error row per caption; an instances category is one line (its boxes have no error rows)."""
+    from pipeline.captions import InputFileError, read_coco_instances, read_karpathy
+
+    data = {"images": [
+        {"split": "train", "filepath": "train2014", "filename": "a.jpg", "cocoid": 1,
+         "sentences": [{"sentid": 1, "raw": "a cat \ud800"}, {"sentid": 2, "raw": CAPTION}]},
+        {"split": "train", "filepath": "train2014", "filename": "b\udcff.jpg", "cocoid": 2,
+         "sentences": [{"sentid": 3, "raw": CAPTION}]}]}
+    (tmp_path / "k.json").write_text(json.dumps(data))
+    read = read_karpathy(tmp_path / "k.json", sizes={1: (4, 3), 2: (4, 3)})
+    assert [r["caption_id"] for r in read.rows] == [2]
+    assert [(e["item_id"], e["reason"]) for e in read.errors] == [("1", "invalid_unicode"), ("3", "invalid_unicode")]
+    assert "k.json: images[1]: ['filename'] is not valid" in read.errors[1]["message"]
+    (tmp_path / "i.json").write_text(json.dumps({"categories": [{"id": 1, "name": "c\ud800t"}], "annotations": []}))
+    with pytest.raises(InputFileError, match=r"i.json: categories\[0\]: \['name'\] is not valid Unicode"):
+        read_coco_instances(tmp_path / "i.json")

@@ -212,3 +212,28 @@ def test_a_damaged_table_with_a_readable_manifest_is_rewritten(table):
     spec = TABLES["errors"]
     write_table(spec, table, spec.from_rows(error_rows(4)))
     assert is_complete(table) and read_table(spec, table).num_rows == 4
+
+
+def test_a_manifest_that_drops_a_part_and_lowers_rows_is_not_complete_and_named(table):
+    """#48: drop one listed part and lower `rows` to match: the table was complete (every stage Cached, validate
+    passed), its rows silently lost. The manifest's per-part entries still record the dropped part: named, no byte
+    of a part read."""
+    mpath = table / "manifest.json"
+    original = json.loads(mpath.read_text())
+    m = {**original, "parts": original["parts"][:1], "rows": 3}
+    mpath.write_text(json.dumps(m))
+    assert not is_complete(table)
+    with pytest.raises(TableError, match=r"part_info records part-00001.parquet \(3 rows\), which parts does not "
+                                         r"list \(a part dropped from the manifest\?\)"):
+        read_table(TABLES["errors"], table)
+    mpath.write_text(json.dumps({**original, "rows": 5,
+                                 "part_info": {**original["part_info"],
+                                               "part-00001.parquet": {**original["part_info"]["part-00001.parquet"],
+                                                                      "rows": 2}}}))
+    with pytest.raises(TableError, match=r"part-00001.parquet has 3 rows, manifest.json says 2"):
+        read_table(TABLES["errors"], table)
+    mpath.write_text(json.dumps({**original, "rows": 5}))
+    with pytest.raises(TableError, match=r"rows is 5, its parts' entries record 6"):
+        read_table(TABLES["errors"], table)
+    mpath.write_text(json.dumps(original))
+    assert is_complete(table) and read_table(TABLES["errors"], table).num_rows == 6

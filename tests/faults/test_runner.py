@@ -112,3 +112,157 @@ def test_read_only_outputs_are_one_line_before_any_work(world, tmp_path, capsys,
                             "--stages", "world"], capture_output=True, text=True, env=prefect_env(tmp_path))
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
         assert f"macco run: {ro / 'artifacts'}/world/" in r.stderr and f"cannot write here ({ro} is read-only" in r.stderr
+
+
+def _world_stand_in(calls: list):
+    """A stand-in for the world stage: writes one file into its folder, counts its runs."""
+    from flows.stage import Stage, roots
+
+    def run(call):
+        calls.append(call.out)
+        call.out.mkdir(parents=True, exist_ok=True)
+        (call.out / "f.txt").write_text("x")
+        return {"files": [str(call.out / "f.txt")], "outputs": {"source": {"kind": "folder", "dir": str(call.out),
+                                                                           "content_hash": "h"}}}
+
+    return Stage("world", "world", (), ("source",), roots("pipeline.world"), run)
+
+
+def test_a_link_at_a_lock_path_is_refused_and_its_target_left_alone(tmp_path):
+    """#48: `ln -sf /tmp/victim artifacts/.locks/parse-KEY.lock`, then a run: the victim held `pid … since …`. A
+    hard link and a FIFO at the lock path are refused as well (never written into, never waited on)."""
+    from data_schemas import InputFileError
+    from flows.catalog import Catalog
+    from flows.runner import Runner, output_lock
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    art, calls = tmp_path / "art", []
+    runner = Runner(art, ["world"], log=lambda line: None)
+    first = runner.run(_world_stand_in(calls), {"seed": 0}, Catalog())  # finds the key and the lock's name
+    out = Path(first["dir"])
+    lock = art / ".locks" / f"{out.parent.name}-{out.name}.lock"
+    lock.unlink()
+    lock.symlink_to(victim)
+    with pytest.raises(InputFileError, match=rf"{lock}: the lock file is a symbolic link \(to {victim}\)"):
+        runner.run(_world_stand_in(calls), {"seed": 0}, Catalog())
+    assert victim.read_text() == "precious" and len(calls) == 1
+    lock.unlink()
+    dangling = tmp_path / "nothing-here"
+    lock.symlink_to(dangling)
+    with pytest.raises(InputFileError, match="is a symbolic link"):
+        runner.run(_world_stand_in(calls), {"seed": 0}, Catalog())
+    assert not dangling.exists()
+    lock.unlink()
+    lock.hardlink_to(victim)
+    with pytest.raises(InputFileError, match=r"the lock file is a hard link \(2 names\)"):
+        runner.run(_world_stand_in(calls), {"seed": 0}, Catalog())
+    assert victim.read_text() == "precious"
+    lock.unlink()
+    import os
+
+    os.mkfifo(lock)
+    with pytest.raises(InputFileError, match="the lock file is not a regular file"):
+        with output_lock(lock, out):
+            pass
+    lock.unlink()
+    runner.run(_world_stand_in(calls), {"seed": 0}, Catalog())  # a lock file the runner makes: as before
+    assert "pid " in lock.read_text() and victim.read_text() == "precious"
+
+
+def test_a_stage_folder_that_is_a_link_is_refused_in_one_line_forced_or_not(tmp_path):
+    """#48: `--force` on a stage folder that is a symlink ended in an `rmtree` traceback; without it the stage wrote
+    through the link. Now both are one line and nothing outside the artifacts folder is written or removed; the
+    artifacts root itself may be a link."""
+    from data_schemas import InputFileError
+    from flows.catalog import Catalog
+    from flows.runner import Runner
+
+    calls: list = []
+    real = tmp_path / "real-art"
+    real.mkdir()
+    art = tmp_path / "art"
+    art.symlink_to(real)  # the root a link: the user's choice, followed
+    m = Runner(art, ["world"], log=lambda line: None).run(_world_stand_in(calls), {"seed": 0}, Catalog())
+    out = Path(m["dir"])
+    assert (real / "world" / out.name / "f.txt").is_file()
+    elsewhere = tmp_path / "elsewhere"
+    (out).rename(elsewhere)
+    (elsewhere / "keep.txt").write_text("mine")
+    out.symlink_to(elsewhere)
+    for force in ([], ["world"]):
+        with pytest.raises(InputFileError, match=rf"{out}: is a symbolic link \(to {elsewhere}\)"):
+            Runner(art, ["world"], force=force, log=lambda line: None).run(_world_stand_in(calls), {"seed": 0},
+                                                                           Catalog())
+    assert (elsewhere / "keep.txt").read_text() == "mine" and len(calls) == 1
+    out.unlink()
+    shutil.move(str(real / "world"), str(tmp_path / "world-elsewhere"))
+    (real / "world").symlink_to(tmp_path / "world-elsewhere")  # a folder above the stage folder
+    with pytest.raises(InputFileError, match=rf"{art / 'world'}: is a symbolic link"):
+        Runner(art, ["world"], force=["world"], log=lambda line: None).run(_world_stand_in(calls), {"seed": 0},
+                                                                           Catalog())
+    assert len(calls) == 1
+
+
+def test_a_verb_refuses_a_table_path_that_is_a_link(tmp_path, capsys):
+    """`macco captions --out T` with `T/captions` a link to a folder elsewhere: one line naming the link; the folder
+    it points to untouched."""
+    from pipeline.world import WorldConfig, generate_world
+
+    generate_world(tmp_path / "w", WorldConfig(seed=1, images=4, size=32, eval_fraction=0.5, benchmarks=False))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "T").mkdir()
+    (tmp_path / "T" / "captions").symlink_to(tmp_path / "elsewhere")
+    assert main(["captions", str(tmp_path / "w"), "--out", str(tmp_path / "T")]) == 2
+    assert f"{tmp_path / 'T' / 'captions'}: is a symbolic link" in one_line_error(capsys, "captions")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def _table_stage(calls: list):
+    """A stand-in for a data stage: writes one ``errors`` table of 6 rows in two parts, records it as the flow's
+    data stages do (``flows.catalog.table_entry``)."""
+    from data_schemas import TABLES, write_table
+    from flows.catalog import table_entry
+    from flows.stage import Stage, roots
+    from tests_support import error_rows
+
+    def run(call):
+        calls.append(call.out)
+        spec = TABLES["errors"]
+        m = write_table(spec, call.out / "errors", spec.from_rows(error_rows(6)), rows_per_part=3)
+        return {"outputs": {"errors": table_entry(m, call.out / "errors")}}
+
+    return Stage("captions", "data", (), ("errors",), roots("pipeline.captions_stage"), run)
+
+
+@pytest.mark.parametrize("edit", ["drop a part", "content hash"])
+def test_a_hand_edited_manifest_is_named_and_its_stage_redone(tmp_path, edit):
+    """#48: drop one listed part of a table (from `parts` and its entry) and lower `rows` to match, or change
+    `content_hash`: every stage came back Cached and `macco validate` passed; only `--deep` noticed. The manifest
+    is now compared with what its stage recorded (rows, content hash; no byte of a part read): named, redone."""
+    from flows.catalog import Catalog
+    from flows.runner import Runner, stage_done
+
+    calls, lines = [], []
+    runner = Runner(tmp_path / "art", ["captions"], log=lines.append)
+    m = runner.run(_table_stage(calls), {"seed": 0}, Catalog())
+    out = Path(m["dir"])
+    mpath = out / "errors" / "manifest.json"
+    original = json.loads(mpath.read_text())
+    if edit == "drop a part":
+        dropped = original["parts"][1]
+        edited = {**original, "parts": original["parts"][:1], "rows": 3,
+                  "part_info": {p: i for p, i in original["part_info"].items() if p != dropped}}
+        differs = "says rows 3 (the stage recorded 6)"
+    else:
+        edited = {**original, "content_hash": "0" * 64}
+        differs = f"says content_hash '{'0' * 64}' (the stage recorded '{original['content_hash']}')"
+    mpath.write_text(json.dumps(edited))
+    assert not stage_done(out, lines.append)
+    assert any(f"{out}: table errors: {mpath} {differs}: the manifest was changed after its stage wrote it" in line
+               for line in lines), lines
+    runner.run(_table_stage(calls), {"seed": 0}, Catalog())
+    assert len(calls) == 2 and stage_done(out)  # redone: the table is whole again
+    assert json.loads(mpath.read_text())["rows"] == 6
+    runner.run(_table_stage(calls), {"seed": 0}, Catalog())
+    assert len(calls) == 2  # and then done: read back

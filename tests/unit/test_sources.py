@@ -206,7 +206,7 @@ def test_a_1mb_caption_is_a_caption_too_long_row_not_a_quoting_error(tmp_path):
 
 def test_the_caption_rule_at_the_source_control_characters_and_punctuation(tmp_path):
     """A NUL in a caption was stored and parsed as an attribute; punctuation-only captions reached the parser."""
-    from pipeline.captions import MAX_CAPTION_CHARS, caption_problem
+    from pipeline.text_checks import MAX_CAPTION_CHARS, caption_problem
 
     Image.new("RGB", (40, 30)).save(tmp_path / "a.png")
     write_csv(tmp_path / "d.tsv", [{"filepath": "a.png", "title": t} for t in
