@@ -113,8 +113,9 @@ def build_samples(tables: dict[str, Path], split: str | None = "train", mask_kin
         for r in read_table(TABLES["scene_graphs"], tables["scene_graphs"]).to_pylist():
             concepts.setdefault(r["caption_id"], []).append(r)
             kind_of[(r["caption_id"], r["concept_id"])] = r["kind"]
-    # the image-mask candidates: one per (concept, phrase) — a concept's phrase (the grounders), or each phrase of
-    # MACCO's file (its loader draws one phrase: two phrases sharing a word stay two candidates)
+    # the image-mask candidates: one per (concept, phrase) — a concept's phrase (the grounders: one phrase each, so
+    # the same groups as per concept), or each phrase of MACCO's file (its loader draws one phrase: two phrases
+    # sharing a word, or two without a caption word (both concept -1), stay two candidates, never their union)
     boxes: dict[int, dict[tuple[int, str], list]] = {}
     if "regions" in tables:
         for r in read_table(TABLES["regions"], tables["regions"]).to_pylist():

@@ -8,7 +8,10 @@ phrase of the file is a region of its own here — the training's candidates are
 - a phrase holding a masked word of the caption is the region of that word's concept (a relation word first, else
   an attribute word); two phrases sharing one word ("white dog", "white snow") stay two candidates;
 - a phrase holding none (its word a lemma absent from the caption, "graze") has no concept (``concept_id`` -1):
-  the loader draws it all the same, so it is kept;
+  the loader draws it all the same, so it is kept; two such phrases of a caption share the concept -1 but stay two
+  candidates (the phrase is part of the candidate's key), never their union;
+- a phrase with no box (``[]``) cannot be a region: an ``official_phrase_no_box`` error row (the loader draws it
+  with the others, uniformly, and masks nothing);
 - a box is clamped to the image (a box starting 1.7 px left of it starts at 0, as the loader's crop clipping
   does); a box not finite, inverted or empty once clamped is an error row (the loader would fail on a non-finite
   one and mark nothing, or its out-of-crop edge patch, for the others: ``docs/official-implementation.md``).
@@ -40,6 +43,10 @@ def official_regions(row: dict, captions: list[dict], by_caption: dict[int, list
         for n, (phrase, boxes) in enumerate(json.loads(o["phrase_boxes"]).items()):
             owner = next((k["concept_id"] for kind in ("relation", "attribute") for k in concepts
                           if k["kind"] == kind and _in(k["text"], phrase)), NO_CONCEPT)
+            if not boxes:  # nothing to write to regions: the loader's 1-in-n empty mask is lost, so say so
+                errors.append(error_row("ground", f"{cid}:{owner}:{n}", "official_phrase_no_box",
+                                        f"caption {cid}, phrase {phrase!r}: no box (the official loader can draw it "
+                                        "and mask nothing; here it is no candidate)"))
             for j, b in enumerate(boxes):
                 box = clamp(b, row)
                 problem = box_problem(box, row)

@@ -21,3 +21,23 @@ def test_relation_masks_draw_from_relation_phrases_only(world, world_tables):
     if only_attr is not None:  # no relation phrase: every phrase, as the reference
         ds = MaccoDataset([only_attr], DataConfig(mask_phrases="relation"), Geometry(32, 8))
         assert ds._phrases(only_attr) == only_attr.phrase_boxes
+
+
+def test_grounder_candidates_are_the_per_concept_groups(world_tables):
+    """Keying the candidates by (concept, phrase), which keeps each phrase of MACCO's file apart, changes nothing for
+    the grounders (the synthetic world, GroundingDINO): they give one phrase per concept, so the candidates are still
+    each concept's boxes, in concept order."""
+    from data_schemas import TABLES, read_table
+    from model.data import build_samples
+
+    tables = {k: Path(v) for k, v in world_tables.items() if k != "root"}
+    regions = read_table(TABLES["regions"], tables["regions"]).to_pylist()
+    phrases, per_concept = {}, {}
+    for r in regions:
+        phrases.setdefault((r["caption_id"], r["concept_id"]), set()).add(r["phrase"])
+        per_concept.setdefault(r["caption_id"], {}).setdefault(r["concept_id"], []).append(list(r["box_xyxy"]))
+    assert all(len(p) == 1 for p in phrases.values())
+    samples, _ = build_samples(tables, "train")
+    assert sum(len(s.phrase_boxes) for s in samples) > 0
+    for s in samples:
+        assert s.phrase_boxes == [b for _, b in sorted(per_concept.get(s.caption_id, {}).items())], s.caption_id

@@ -253,6 +253,58 @@ def test_the_official_mode_gives_the_loaders_masks_row_for_row(tmp_path, capsys)
     assert main(["validate", str(t)]) == 0
 
 
+# two phrases holding no caption word ("graze", "lie": lemmas absent from the caption) — both concept -1 — beside a
+# phrase of a masked word, and a phrase with no box; the boxes sit in three corners of a 320 x 240 image
+NO_WORD_ROW = ("coco/train2014/a.jpg", "Brown cows eat grass in a field.", [], [], ["cows", "grass", "field"],
+               ["graze", "lie in"], ["brown"], ["cows graze grass", "cows lie in field"], ["brown cows"],
+               [{"brown cows": [[0, 0, 100, 100]], "cows graze grass": [[220, 140, 320, 240]],
+                 "cows lie in field": [[0, 140, 60, 240], [40, 150, 100, 240]], "cows in grass": []}])
+
+
+def _no_word_tables(tmp_path) -> dict[str, Path]:
+    tsv = write_tsv(tmp_path, rows=[NO_WORD_ROW])
+    t = tmp_path / "T"
+    assert main(["captions", str(tsv), "--source", "macco-tsv", "--image-root", str(tmp_path / "datasets"),
+                 "--out", str(t)]) == 0
+    assert main(["parse", str(t / "captions"), "--out", str(t), "--parser", "official"]) == 0
+    assert main(["ground", str(t), "--backend", "official"]) == 0
+    return {"captions": t / "captions", "token_masks": t / "token_masks", "scene_graphs": t / "scene_graphs",
+            "regions": t / "ground" / "regions"}
+
+
+def test_two_phrases_without_a_caption_word_are_two_candidates(tmp_path, capsys):
+    """The loader draws one phrase of the dict, whatever its words: two phrases whose words are not in the caption
+    (both ``concept_id`` -1 in ``regions``) are two candidates with their own boxes, not one of their union."""
+    from model.data import build_samples
+
+    tables = _no_word_tables(tmp_path)
+    regions = read_table(TABLES["regions"], tables["regions"]).to_pylist()
+    assert sorted({r["phrase"] for r in regions if r["concept_id"] == -1}) == ["cows graze grass", "cows lie in field"]
+    [s] = build_samples(tables, "train")[0]
+    _, candidates = loader_row(NO_WORD_ROW, (320, 240))
+    assert sorted(s.phrase_boxes) == sorted(c for c in candidates if c)  # one per phrase with a box
+    assert len(s.phrase_boxes) == 3 and len(s.phrase_kinds) == 3
+    [e] = read_table(TABLES["errors"], tables["regions"].parent / "errors").to_pylist()
+    assert e["reason"] == "official_phrase_no_box" and "'cows in grass'" in e["message"]  # []: no candidate, said so
+
+
+def test_the_image_mask_is_one_phrase_drawn_uniformly(tmp_path, capsys):
+    """As the loader's ``random.sample(list(phrases.values()), k=1)``: each candidate's boxes alone, each about
+    1 / 3 of the draws (the seeds are fixed, so the counts are too)."""
+    from data_schemas.geometry import Geometry
+    from model.data import DataConfig, MaccoDataset, build_samples
+
+    samples, _ = build_samples(_no_word_tables(tmp_path), "train")
+    ds = MaccoDataset(samples, DataConfig(image_root=str(tmp_path / "datasets"), rect_prob=0.0), Geometry(224, 32))
+    corners = {(0, 0): "brown cows", (6, 6): "cows graze grass", (6, 0): "cows lie in field"}
+    drawn = {name: 0 for name in corners.values()}
+    for epoch in range(300):
+        grid = ds[(epoch, 0)]["image_mask"].view(7, 7)
+        [name] = [name for (r, c), name in corners.items() if grid[r, c]]  # one phrase's boxes, never a union
+        drawn[name] += 1
+    assert all(70 <= n <= 130 for n in drawn.values()), drawn  # binomial(300, 1/3): mean 100, sd 8.2
+
+
 def test_a_coco_file_name_gives_its_coco_id_so_the_file_meets_cocos_instances(tmp_path):
     from pipeline.sources import image_id_of
 
