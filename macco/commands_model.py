@@ -8,7 +8,7 @@ from pathlib import Path
 
 # the EvalConfig fields that are ``macco eval`` flags (defaults, types and choices: the dataclass's)
 EVAL_FLAGS = ("device", "batch_size", "autocast", "allow_missing", "activation", "protocol", "aro_exclusion",
-              "vga_min_count", "vlc_mode", "allow_partial", "seed")
+              "vga_min_count", "vlc_mode", "allow_partial", "seed", "zeroshot_dataset")
 
 
 def add_parsers(sub) -> None:
@@ -59,7 +59,9 @@ def add_parsers(sub) -> None:
                          "ARO authors'; with --world the world's 5, model/benchmarks/protocols.py WORLD_SETTINGS)",
         "allow_partial": "report a group average over an incomplete set of its files, marked \"partial\": true "
                          "with the missing files (default: refused; on with --world)",
-        "seed": "Order perturbation seed (ARO authors: 1)"})
+        "seed": "Order perturbation seed (ARO authors: 1)",
+        "zeroshot_dataset": "zero-shot: the dataset whose clip_benchmark template set is used (cifar10, imagenet1k, "
+                            "food101, ...; default: the --root folder's name; a name without a set: imagenet1k's)"})
     ev.add_argument("--image-root", action="append", default=[], metavar="NAME=DIR",
                     help="image directory: NAME coco-order / flickr-order, or a VALSE dataset field value "
                          "(coco2017 = coco_2017, visual7w, swig, ...); repeatable")

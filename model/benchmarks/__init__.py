@@ -1,6 +1,7 @@
 """Benchmark evaluation over the original released files: readers per benchmark, one shared scorer.
 
-``evaluate(cfg, names)`` loads the model once, runs each benchmark, and returns
+``evaluate(cfg, names)`` checks every benchmark's inputs (``check_inputs``: a missing file or folder fails before
+the model loads, all of them named at once), loads the model once, runs each benchmark, and returns
 ``{benchmark: {"subsets": {name: {n, correct, accuracy, ties, missing_images}}, "groups": {...},
 "settings": {...}}}``. ``settings`` records every protocol choice (``protocol``, the ``activation`` the towers
 actually use, exclusion list, VL-CheckList mode, image roots, ...). A group average over an incomplete set of its
@@ -10,6 +11,7 @@ per-preposition accuracy). What a name reads, records and reports is its record 
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -36,9 +38,10 @@ from .registry import get as get_benchmark
 if TYPE_CHECKING:  # the scoring core imports torch: on use only, so the registry's names stay cheap to read
     from .scoring import Case, Encoder
 
-__all__ = ["BENCHMARKS", "REGISTRY", "Benchmark", "EvalConfig", "IncompleteGroup", "activation_kwargs",
-           "append_results", "case_groups", "common_settings", "default_run_label", "evaluate", "get_benchmark",
-           "load_encoder", "paired_cases", "result_rows", "run_benchmark"]
+__all__ = ["BENCHMARKS", "REGISTRY", "Benchmark", "EvalConfig", "IncompleteGroup", "InputsNotReady",
+           "activation_kwargs", "append_results", "case_groups", "check_inputs", "common_settings",
+           "default_run_label", "evaluate", "get_benchmark", "load_encoder", "paired_cases", "result_rows",
+           "run_benchmark"]
 
 
 @dataclass
@@ -79,6 +82,7 @@ class EvalConfig:
     valse_image_roots: dict = field(default_factory=dict)  # dataset field (normalised) -> image directory
     allow_partial: bool = False  # report a group average over an incomplete set of files, marked partial
     winoground_clean_ids: str | None = None  # ids file for Winoground's clean subset (winoground.load_clean_ids)
+    zeroshot_dataset: str | None = None  # zero-shot's template set (clip_benchmark's name); None: the root's name
 
     def __post_init__(self):
         check_choice("protocol", self.protocol, PROTOCOLS)
@@ -150,9 +154,14 @@ def _subsets(res: dict) -> dict:
 
 def run_benchmark(enc: Encoder, name: str, root: str | Path, cfg: EvalConfig) -> dict:
     """One benchmark's entry of ``evaluate``'s result, as its :class:`~.registry.Benchmark` record says."""
+    from .registry import split_name
+
     b = get_benchmark(name)
     mod = b.code()
     root = Path(root)
+    dataset = split_name(name)[1]
+    if dataset is not None and b.name == "zeroshot" and cfg.zeroshot_dataset is None:
+        cfg = dataclasses.replace(cfg, zeroshot_dataset=dataset)  # zeroshot/<dataset>: that dataset's templates
     settings: dict = common_settings(root, cfg, enc)
     if b.run is not None:  # a direct benchmark: its own scoring
         return b.run(mod, enc, root, cfg, settings)
@@ -206,16 +215,43 @@ def default_run_label(cfg: EvalConfig) -> str:
     return Path(cfg.model.removeprefix("local-dir:")).name or cfg.model
 
 
+class InputsNotReady(InputFileError):
+    """Several benchmarks' inputs refused before the model loads (``check_inputs``); ``problems``: (name, error)."""
+
+    def __init__(self, problems: list[tuple[str, Exception]]):
+        self.problems = problems
+        super().__init__(f"{len(problems)} input problem(s), found before loading the model: " +
+                         "; ".join(f"{n}: {e}" for n, e in problems))
+
+
+def check_inputs(cfg: EvalConfig, names: list[str]) -> None:
+    """Each benchmark's input check (its registry record's ``check``: roots, annotation files, image folders, group
+    completeness, named ids files) for every name, before any model is built. One problem is raised as the run
+    would raise it (its type kept: ``IncompleteGroup``, ``MissingImages``, ``FileNotFoundError``); several as one
+    :class:`InputsNotReady` naming each."""
+    from .registry import input_problems
+
+    problems = [(n, e) for n in names for e in input_problems(n, cfg.roots[n], cfg)]
+    if len(problems) == 1:
+        raise problems[0][1]
+    if problems:
+        raise InputsNotReady(problems)
+
+
 def evaluate(cfg: EvalConfig, names: list[str], out_json: str | Path | None = None,
              results_table: str | Path | None = None, enc: Encoder | None = None, run: str | None = None,
              progress: bool = False) -> dict:
     """Every benchmark of ``names`` for one model; ``run`` labels the evaluation in results.json and in the
-    ``eval_results`` history (``results_table``), default ``default_run_label``."""
+    ``eval_results`` history (``results_table``), default ``default_run_label``. The inputs of every benchmark are
+    checked first (``check_inputs``), so a wrong path never costs the model load or the earlier benchmarks."""
     if "all" in names:
-        names = [b for b in BENCHMARKS if b in cfg.roots]
+        from .registry import split_name
+
+        names = [n for b in BENCHMARKS for n in cfg.roots if split_name(n)[0] == b]  # a suite's datasets too
     missing = [n for n in names if n not in cfg.roots]
     if missing:
         raise InputFileError(f"no root given for benchmark(s) {missing}")
+    check_inputs(cfg, names)
     model_id, sha = cfg.model, ""
     if enc is None:
         enc, model_id, sha = load_encoder(cfg)

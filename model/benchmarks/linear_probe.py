@@ -12,49 +12,25 @@ The rule (clip_benchmark ``clip_benchmark/metrics/linear_probe.py`` and ``cli.py
 Deviation: the classifier is scikit-learn's L-BFGS ``LogisticRegression`` with the regularisation as its ``C``,
 searched over the CLIP paper's range (Radford et al. 2021, appendix A.3: "between 10^-6 and 10^6"), instead of
 clip_benchmark's AdamW-trained linear layer with a weight-decay grid (which also needs CUDA, line 144).
+Each split is read by the zero-shot module's ImageFolder reader (``zeroshot.read_image_folder``: torchvision's
+rules; the files it skips, and with ``allow_missing`` the images it cannot open, counted in ``settings``).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
 from data_schemas import InputFileError
 
-from .zeroshot import EXTS
+from .zeroshot import ImageFolder, folder_settings, read_image_folder
 
 C_GRID = np.logspace(-6, 6, 97)  # 1/8 decade steps over the CLIP paper's range
 INIT_POINTS = 7  # clip_benchmark: np.logspace(-6, 2, num=7) picks every 16th of its 97 points
 VAL_PROPORTION = 0.2
 SEED = 0  # clip_benchmark's default --seed
 MAX_ITER = 1000
-
-
-def read_split(split_dir: Path, classes: Sequence[str] | None = None
-               ) -> tuple[list[str], list[int], list[str], list[str]]:
-    """(image paths, class indices, class names, skipped non-image files) of one ImageFolder split; ``classes``
-    (the train split's names) fixes the indices, and a class outside it is an error."""
-    if not split_dir.is_dir():
-        raise FileNotFoundError(f"{split_dir}: split directory not found (expected <root>/<split>/<class>/<image>)")
-    names = sorted(d.name for d in split_dir.iterdir() if d.is_dir() and not d.name.startswith("."))
-    if not names:
-        raise FileNotFoundError(f"{split_dir}: no class directories")
-    if classes is not None:
-        extra = [c for c in names if c not in classes]
-        if extra:
-            raise InputFileError(f"{split_dir}: class folder(s) {extra[:5]} not in the train split")
-    index = {c: k for k, c in enumerate(classes if classes is not None else names)}
-    files, labels, skipped = [], [], []
-    for c in names:
-        entries = sorted(p for p in (split_dir / c).rglob("*") if p.is_file() and not p.name.startswith("."))
-        imgs = [p for p in entries if p.suffix.lower() in EXTS]
-        skipped += [str(p) for p in entries if p.suffix.lower() not in EXTS]
-        if not imgs:
-            raise InputFileError(f"{split_dir / c}: class folder without images ({sorted(EXTS)})")
-        files += [str(p) for p in imgs]
-        labels += [index[c]] * len(imgs)
-    return files, labels, list(classes if classes is not None else names), skipped
 
 
 def carve_validation(n: int, proportion: float = VAL_PROPORTION, seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
@@ -134,31 +110,47 @@ def probe(X_tr: np.ndarray, y_tr: np.ndarray, X_va: np.ndarray, y_va: np.ndarray
     return out
 
 
-def evaluate(enc, root: str | Path, name: str = "linear-probe") -> dict:
-    """``{"subsets": {"linear-probe": {n, correct, accuracy, C, ...}}, "groups", "settings"}`` for ``root``."""
+def _splits(root: Path, open_images: bool = True, allow_missing: bool = False) -> dict[str, ImageFolder]:
+    """train, test and (if present) val, read by the shared ImageFolder reader with train's class indices."""
+    def read(split: str, classes=None) -> ImageFolder:
+        return read_image_folder(root / split, classes, open_images=open_images, allow_unreadable=allow_missing,
+                                 name="linear-probe")
+
+    out = {"train": read("train")}
+    for split in ("test", "val"):
+        if split == "test" or (root / split).is_dir():
+            out[split] = read(split, out["train"].classes)
+    return out
+
+
+def check(root: str | Path) -> None:
+    """The run's input refusals that need no image opened (``registry``'s check before the model loads)."""
+    _splits(Path(root), open_images=False)
+
+
+def evaluate(enc, root: str | Path, name: str = "linear-probe", allow_missing: bool = False) -> dict:
+    """``{"subsets": {"linear-probe": {n, correct, accuracy, C, ...}}, "groups", "settings"}`` for ``root``;
+    ``allow_missing``: images PIL cannot open are left out and counted (else an error)."""
     root = Path(root)
-    tr_files, tr_y, classes, skipped = read_split(root / "train")
-    te_files, te_y, _, sk_te = read_split(root / "test", classes)
-    skipped += sk_te
+    splits = _splits(root, allow_missing=allow_missing)
+    train, test = splits["train"], splits["test"]
 
     def feats(files: list[str]) -> np.ndarray:
         return enc.images([(f, None) for f in files])
 
-    X, y = feats(tr_files), np.array(tr_y)
-    if (root / "val").is_dir():
-        va_files, va_y, _, sk_va = read_split(root / "val", classes)
-        skipped += sk_va
-        X_tr, y_tr, X_va, y_va = X, y, feats(va_files), np.array(va_y)
+    X, y = feats(train.files), np.array(train.labels)
+    if "val" in splits:
+        X_tr, y_tr, X_va, y_va = X, y, feats(splits["val"].files), np.array(splits["val"].labels)
         val = "val split"
     else:
-        itr, iva = carve_validation(len(tr_files))
+        itr, iva = carve_validation(len(train.files))
         X_tr, y_tr, X_va, y_va = X[itr], y[itr], X[iva], y[iva]
         val = f"random {VAL_PROPORTION:.0%} of train (seed {SEED})"
-    r = probe(X_tr, y_tr, X_va, y_va, feats(te_files), np.array(te_y), len(classes))
+    r = probe(X_tr, y_tr, X_va, y_va, feats(test.files), np.array(test.labels), len(train.classes))
     groups = {"top1": r["accuracy"], "mean_per_class_recall": r["mean_per_class_recall"]}
     if "top5" in r:
         groups["top5"] = r["top5"]
     return {"subsets": {name: r}, "groups": groups,
             "settings": {"validation": val, "classifier": f"sklearn LogisticRegression(lbfgs, max_iter={MAX_ITER})",
                          "C_grid": "logspace(-6, 6, 97)", "normalized_features": True,
-                         "skipped_files": len(skipped), "skipped_examples": skipped[:5]}}
+                         **folder_settings(*splits.values())}}

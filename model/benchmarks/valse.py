@@ -63,13 +63,19 @@ def _load_macco(root: Path, roots: dict[str, str]) -> list[Case]:
     return cases
 
 
-def load(root: str | Path, image_roots: dict | None = None, valid_only: bool = True) -> list[Case]:
-    root = Path(root)
+def image_root_map(image_roots: dict | None) -> dict[str, str]:
+    """The image-root map keyed by normalised dataset name; two spellings of one dataset with two folders: an error."""
     roots: dict[str, str] = {}
     for k, v in (image_roots or {}).items():
         if roots.setdefault(normalise_dataset(k), v) != v:
             raise InputFileError(f"valse image roots: {k!r} names the same dataset as another key with another "
                                  f"directory ({roots[normalise_dataset(k)]} vs {v})")
+    return roots
+
+
+def load(root: str | Path, image_roots: dict | None = None, valid_only: bool = True) -> list[Case]:
+    root = Path(root)
+    roots = image_root_map(image_roots)
     if layout_of(root) == "macco":
         return _load_macco(root, roots)
     cases = []

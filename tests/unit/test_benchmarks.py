@@ -74,3 +74,55 @@ def test_eval_with_a_missing_checkpoint_file_is_one_line(world, tmp_path, capsys
     assert main(["eval", "--model", "macco-micro", "--checkpoint", str(tmp_path / "x.pt"), "--benchmark",
                  "sugarcrepe", "--world", str(world)]) == 2
     assert "x.pt: checkpoint file not found" in one_line_error(capsys, "eval")
+
+
+def _no_model_load(monkeypatch) -> list:
+    """Record load_encoder calls instead of building a model (a call made means the check came too late)."""
+    import model.benchmarks as mb
+
+    calls = []
+
+    def load(cfg):
+        calls.append(cfg)
+        raise AssertionError("the model was loaded before the inputs were checked")
+
+    monkeypatch.setattr(mb, "load_encoder", load)
+    return calls
+
+
+def test_inputs_are_checked_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    """#44 item 3: a missing Winoground clean-ids file failed only after the whole pass (and `--benchmark all`
+    lost every earlier result); now every requested benchmark's inputs are checked before the model loads."""
+    from tests_support import blank_image
+
+    calls = _no_model_load(monkeypatch)
+    wg = tmp_path / "wg"
+    (wg / "images").mkdir(parents=True)
+    (wg / "examples.jsonl").write_text(json.dumps({"id": 0, "image_0": "a", "image_1": "b", "caption_0": "x",
+                                                   "caption_1": "y"}) + "\n")
+    blank_image(wg / "images" / "a.png")
+    blank_image(wg / "images" / "b.png")
+    ids = tmp_path / "no" / "clean.json"
+    assert main(["eval", "--model", "macco-micro", "--random-init", "--benchmark", "winoground", "--root", str(wg),
+                 "--winoground-clean-ids", str(ids)]) == 2
+    assert f"{ids}: Winoground clean-ids file not found" in one_line_error(capsys, "eval") and calls == []
+
+    # several benchmarks: one error naming each problem, still before the model
+    sc = tmp_path / "sc"
+    (sc / "add_att.json").parent.mkdir()
+    (sc / "add_att.json").write_text("{}")
+    roots = {"winoground": str(wg), "sugarcrepe": str(sc), "zeroshot": str(tmp_path / "absent"),
+             "coco-order": str(tmp_path)}
+    cfg = EvalConfig(model="macco-micro", roots=roots, winoground_clean_ids=str(ids))
+    from model.benchmarks import InputsNotReady
+
+    with pytest.raises(InputsNotReady) as err:
+        evaluate(cfg, ["all"])
+    msg = str(err.value)
+    assert [n for n, _ in err.value.problems] == ["coco-order", "sugarcrepe", "sugarcrepe", "winoground",
+                                                  "zeroshot"]
+    for part in (f"{tmp_path / 'coco_karpathy_test.json'}: coco-order annotation file (order_files) not found",
+                 "'attribute' lacks replace_att, swap_att", f"image folder {sc / 'val2017'} not found",
+                 f"{ids}: Winoground clean-ids file not found", f"{tmp_path / 'absent'}: zeroshot root not found"):
+        assert part in msg
+    assert "\n" not in msg and calls == []

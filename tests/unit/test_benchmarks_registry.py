@@ -33,3 +33,16 @@ def test_the_registry_is_the_one_list_of_benchmarks():
     code = ("import sys\nfrom macco.cli import build_parser\nbuild_parser()\n"
             "assert 'torch' not in sys.modules and 'model.benchmarks.scoring' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_benchmark_checks_its_inputs_before_the_model(tmp_path):
+    """Each record's check refuses an empty root (naming what it looked for) and a missing one, with no model."""
+    from model.benchmarks import BENCHMARKS
+    from model.benchmarks.registry import input_problems
+
+    cfg = EvalConfig()
+    for name in BENCHMARKS:
+        problems = input_problems(name, tmp_path, cfg)
+        assert problems and all(str(tmp_path) in str(e) and "\n" not in str(e) for e in problems), (name, problems)
+        assert [str(e) for e in input_problems(name, tmp_path / "x", cfg)] == [f"{tmp_path / 'x'}: {name} root "
+                                                                              "not found"]

@@ -75,6 +75,8 @@ def test_train_without_tables_and_eval_of_another_architectures_weights_are_one_
     register_model_configs()
     torch.save({"state_dict": open_clip.create_model("macco-micro").state_dict(), "arch": "macco-micro"},
                tmp_path / "export.pt")
+    (tmp_path / "visual_genome_relation.json").write_text("[]")  # the inputs are checked before the model loads
+    (tmp_path / "images").mkdir()
     assert main(["eval", "--model", "ViT-B-32", "--checkpoint", str(tmp_path / "export.pt"), "--benchmark", "aro-vgr",
                  "--root", str(tmp_path)]) == 2
     assert "these weights do not fit architecture 'ViT-B-32-quickgelu'; the file was exported from 'macco-micro' " \

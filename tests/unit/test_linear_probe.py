@@ -74,7 +74,7 @@ def test_linear_probe_separable_features_score_one(tmp_path):
 
 
 def test_linear_probe_input_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="train: split directory not found"):
+    with pytest.raises(FileNotFoundError, match="train: image folder not found"):
         linear_probe.evaluate(DictEncoder(), tmp_path)
     _image_folder(tmp_path, {"train": 2, "test": 1}, classes=("cat", "dog"))
     _png(tmp_path / "test" / "emu" / "0.png")
@@ -82,7 +82,7 @@ def test_linear_probe_input_errors(tmp_path):
         linear_probe.evaluate(DictEncoder(), tmp_path)
     (tmp_path / "train" / "emu").mkdir()
     with pytest.raises(ValueError, match="emu: class folder without images"):
-        linear_probe.read_split(tmp_path / "train")
+        linear_probe.evaluate(DictEncoder(), tmp_path)
     with pytest.raises(ValueError, match="too few to carve"):
         linear_probe.carve_validation(1)
 
@@ -101,3 +101,19 @@ def test_linear_probe_on_the_world(world, tmp_path):
     assert s["n"] == n_test and s["n_train"] + s["n_val"] == len(label) - n_test
     assert 0 <= s["accuracy"] <= 1 and s["correct"] == round(s["accuracy"] * n_test)
     assert s["C"] in linear_probe.C_GRID.tolist() and str(f"{s['C']:.3g}") in s["C_tried"]
+
+
+def test_linear_probe_reads_folders_as_zero_shot_does(tmp_path):
+    """The reader shared with zero-shot (torchvision's ImageFolder): images below nested folders count; an image
+    PIL cannot open is refused naming it, or with allow_missing left out and counted in settings."""
+    feats = _image_folder(tmp_path, {"train": 10, "test": 4})
+    feats[str(_png(tmp_path / "train" / "dog" / "more" / "extra.png", (80, 60, 20)))] = np.eye(3)[1]
+    (tmp_path / "test" / "fox" / "broken.jpg").write_text("not a jpeg")
+    cfg = EvalConfig(model="fake", roots={"linear-probe": str(tmp_path)})
+    with pytest.raises(ValueError, match=r"linear-probe: 1 of 13 image file\(s\) .* cannot be read"):
+        evaluate(cfg, ["linear-probe"], enc=DictEncoder(feats))
+    cfg.allow_missing = True
+    r = evaluate(cfg, ["linear-probe"], enc=DictEncoder(feats))["benchmarks"]["linear-probe"]
+    assert r["settings"]["unreadable_images"] == 1 and r["settings"]["unreadable_examples"][0].endswith("broken.jpg")
+    assert r["subsets"]["linear-probe"]["n"] == 12
+    assert r["subsets"]["linear-probe"]["n_train"] + r["subsets"]["linear-probe"]["n_val"] == 31
