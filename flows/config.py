@@ -100,7 +100,13 @@ class EvaluatePlan:
     """``evaluate``: which benchmarks (``all`` or names) on which roots (none: the synthetic world's own sets),
     which models, the probes on the world, the paired tests' control, and the evaluation ``settings``
     (``EvalConfig``; model, weights and roots are each run's). ``given``: the settings the config set (on the
-    synthetic world the others take the world's values, ``protocols.WORLD_SETTINGS``)."""
+    synthetic world the others take the world's values, ``protocols.WORLD_SETTINGS``).
+
+    ``weights``: models evaluated without training, as columns beside the runs (label -> weights file, built as
+    ``train.arch``): the pretrained CLIP of the paper's tables. ``protocols``: evaluate every model under each of
+    these protocols (``macco``: MACCO's scripts, the paper's numbers; ``authors``: each benchmark's own harness),
+    one report table each; empty: ``settings.protocol`` alone. ``paper``: our model label -> the paper's row
+    (``pipeline/paper_numbers.json``): the report prints the paper's tables beside ours and the registered bar."""
     benchmarks: tuple[str, ...] | None = None  # None: all
     roots: dict[str, str] = field(default_factory=dict)
     settings: EvalConfig = field(default_factory=EvalConfig)
@@ -108,21 +114,33 @@ class EvaluatePlan:
     probes: bool = True
     control: str = "clip-ft"
     given: tuple[str, ...] = ()
+    weights: dict[str, str] = field(default_factory=dict)
+    protocols: tuple[str, ...] = ()
+    paper: dict[str, str] = field(default_factory=dict)
 
-    def eval_config(self, roots: dict[str, str], world_run: bool) -> EvalConfig:
+    def eval_config(self, roots: dict[str, str], world_run: bool, protocol: str | None = None) -> EvalConfig:
         """The settings for one evaluation: these ``roots``; on the synthetic world its own settings where the config
-        gives none (``protocols.WORLD_SETTINGS``: small VG-A groups, partial groups)."""
+        gives none (``protocols.WORLD_SETTINGS``: small VG-A groups, partial groups); with ``protocol``, that
+        protocol's defaults for every setting the config does not give."""
         from model.benchmarks.protocols import WORLD_SETTINGS
 
         world = {k: v for k, v in WORLD_SETTINGS.items() if k not in self.given} if world_run else {}
-        return dataclasses.replace(self.settings, roots=dict(roots), **world)
+        settings = self.settings
+        if protocol is not None:
+            given = {k: getattr(self.settings, k) for k in self.given if k != "protocol"}
+            settings = EvalConfig(**given, protocol=protocol)
+        return dataclasses.replace(settings, roots=dict(roots), **world)
+
+    def protocol_list(self) -> tuple[str | None, ...]:
+        """The protocols to evaluate under (None: the settings' own, one table as before)."""
+        return self.protocols or (None,)
 
 
-EVALUATE_KEYS = ("benchmarks", "roots", "settings", "models", "probes", "control")
+EVALUATE_KEYS = ("benchmarks", "roots", "settings", "models", "probes", "control", "weights", "protocols", "paper")
 
 
 def evaluate_plan(data: dict) -> EvaluatePlan:
-    from model.benchmarks.registry import BENCHMARKS
+    from model.benchmarks.registry import BENCHMARKS, split_name
 
     unknown = sorted(set(data) - set(EVALUATE_KEYS))
     if unknown:
@@ -133,7 +151,7 @@ def evaluate_plan(data: dict) -> EvaluatePlan:
         if isinstance(value, str) and value != "all" or not isinstance(value, (str, list)):
             raise ConfigError(f"config evaluate.{name}: {shown(value)}: 'all' or a list")
         lists[name] = None if value == "all" else tuple(value)
-    if lists["benchmarks"] is not None and not set(lists["benchmarks"]) <= set(BENCHMARKS):
+    if lists["benchmarks"] is not None and not {split_name(b)[0] for b in lists["benchmarks"]} <= set(BENCHMARKS):
         raise ConfigError(f"config evaluate.benchmarks: {list(lists['benchmarks'])!r}: 'all' or a list of "
                           f"{list(BENCHMARKS)}")
     settings = data.get("settings") or {}
@@ -146,10 +164,37 @@ def evaluate_plan(data: dict) -> EvaluatePlan:
     roots = data.get("roots") or {}
     if not isinstance(roots, dict) or not all(isinstance(v, str) for v in roots.values()):
         raise ConfigError(f"config evaluate.roots: a mapping of benchmark -> folder expected, got {shown(roots)}")
+    unknown = [k for k in roots if split_name(str(k))[0] not in BENCHMARKS]
+    if unknown:
+        raise ConfigError(f"config evaluate.roots: unknown benchmark(s) {unknown}; known: {list(BENCHMARKS)}, and "
+                          "zeroshot/<dataset>, linear-probe/<dataset>")
     plain = from_dict(EvaluatePlan, {k: data[k] for k in ("probes", "control") if k in data}, "config evaluate")
+    weights, paper = (_str_mapping(data.get(k) or {}, f"config evaluate.{k}", what)
+                      for k, what in (("weights", "label -> weights file"), ("paper", "model label -> paper row")))
+    for label in weights:
+        safe_name(label, "config evaluate.weights")
     return dataclasses.replace(plain, benchmarks=lists["benchmarks"], models=lists["models"], roots=dict(roots),
                                settings=from_dict(EvalConfig, settings, "config evaluate.settings"),
-                               given=tuple(sorted(settings)))
+                               given=tuple(sorted(settings)), weights=weights,
+                               protocols=_protocols(data.get("protocols") or [], settings), paper=paper)
+
+
+def _str_mapping(value, where: str, what: str) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ConfigError(f"{where}: a mapping of {what} expected, got {shown(value)}")
+    return dict(value)
+
+
+def _protocols(value, settings: dict) -> tuple[str, ...]:
+    from model.benchmarks.protocols import PROTOCOLS
+
+    if not isinstance(value, list) or len(set(map(str, value))) != len(value) or not set(value) <= set(PROTOCOLS):
+        raise ConfigError(f"config evaluate.protocols: {shown(value)}: a list of distinct protocols from "
+                          f"{list(PROTOCOLS)}")
+    if value and "protocol" in settings:
+        raise ConfigError("config evaluate: give either evaluate.protocols (several) or evaluate.settings.protocol "
+                          "(one), not both")
+    return tuple(value)
 
 
 @dataclass
@@ -220,13 +265,13 @@ def _defaults() -> dict:
            "train": {"arch": DEFAULT_ARCH, "base": None, "pretrained": None, "runs": {"macco": {"mode": "macco"}},
                      "seeds": [0], "common": {}, "torchrun_nproc": 1},
            "evaluate": {"benchmarks": "all", "roots": {}, "settings": {}, "models": "all", "probes": True,
-                        "control": "clip-ft"}}
+                        "control": "clip-ft", "weights": {}, "protocols": [], "paper": {}}}
     return out
 
 
 DEFAULTS: dict = _defaults()
 # sections whose value replaces the default as a whole (a mapping of names the user chooses, or one section)
-_WHOLE = ("runs", "common", "roots", "settings", "base", "extra")
+_WHOLE = ("runs", "common", "roots", "settings", "base", "extra", "weights", "paper")
 
 
 def _merge(base: dict, over: dict, path: str = "") -> dict:
@@ -271,6 +316,24 @@ def _check_across(tree: FlowConfig) -> None:
             raise ConfigError(f"config {where}: 'official' reads MACCO's released file: it needs data.source "
                               f"macco-tsv (this config: {tree.data.source!r})")
     _check_tokenizers(tree)
+    _check_paper(tree)
+
+
+def _check_paper(tree: FlowConfig) -> None:
+    """``evaluate.paper`` maps models of this config (runs, ``evaluate.weights``) to rows of the paper's tables."""
+    ev = tree.evaluate
+    if not ev.paper:
+        return
+    from pipeline.paper import load_paper
+
+    models = {*tree.train.runs, *ev.weights, *(("base",) if tree.train.base else ())}
+    rows = {r for t in load_paper()["tables"].values() for r in t["row_names"]}
+    for label, row in ev.paper.items():
+        if label not in models:
+            raise ConfigError(f"config evaluate.paper: {label!r} is not a model of this config ({sorted(models)})")
+        if row not in rows:
+            raise ConfigError(f"config evaluate.paper.{label}: {row!r} is not a row of the paper's tables "
+                              f"({sorted(rows)})")
 
 
 def _check_tokenizers(tree: FlowConfig) -> None:

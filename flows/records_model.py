@@ -200,11 +200,29 @@ def evaluation_reads(run: dict, roots_hash: str | None, table_hashes: list[str],
     return [run["content_hash"], roots_hash, *table_hashes, *([file_sha256(checkpoint)] if checkpoint else [])]
 
 
+def weights_runs(plan) -> dict[str, list[dict]]:
+    """``evaluate.weights`` as runs: each weights file an evaluated model that was not trained (the pretrained CLIP
+    column), built as ``train.arch``, keyed by the file's sha256."""
+    from data_schemas.provenance import file_sha256
+
+    out = {}
+    for label, path in plan.cfg.evaluate.weights.items():
+        if not Path(path).is_file():
+            raise ConfigError(f"config evaluate.weights.{label}: {path}: no such weights file")
+        out[label] = [{"kind": "run", "name": label, "export_pt": str(path), "content_hash": file_sha256(path),
+                       "arch": plan.cfg.train.arch, "checkpoint": None, "trained": False}]
+    return out
+
+
 def _drive_evaluate(stage: Stage, plan, runner) -> dict[str, list[dict]]:
     ecfg, cat = plan.cfg.evaluate, plan.catalog
     runs = cat.entry("runs")["runs"]
+    untrained = weights_runs(plan)
+    clash = sorted(set(untrained) & set(runs))
+    if clash:
+        raise ConfigError(f"config evaluate.weights: {clash} name training runs too: one label, one model")
+    runs = {**untrained, **runs}
     roots_, roots_hash = benchmark_roots(plan)
-    eval_cfg = ecfg.eval_config(roots_, plan.cfg.world_run)
     section = dataclasses.replace(ecfg, roots=roots_)
     # the probes need the world's scene truth (on the synthetic world only); they read the tables and rebuild a
     # run's training task from its checkpoint
@@ -214,15 +232,21 @@ def _drive_evaluate(stage: Stage, plan, runner) -> dict[str, list[dict]]:
     probe = {"world": cat.entry("source")["dir"], "tables": cat.tables(TRAINING_TABLES)} if probes else None
     table_hashes = cat.hashes((*TRAINING_TABLES, "images")) if probes else []
     inputs = cat.subset(stage.reads)
+    labels = list(runs) if ecfg.models is None else list(dict.fromkeys([*untrained, *ecfg.models]))
     evals: dict[str, list[dict]] = {}
-    for label in (list(runs) if ecfg.models is None else list(ecfg.models)):
-        if label not in runs:
-            raise ConfigError(f"config evaluate.models: {label!r} is not a run of this config ({sorted(runs)})")
-        for run in runs[label]:
-            evals.setdefault(label, []).append(runner.run(
-                stage, section, inputs, read_hashes=evaluation_reads(run, roots_hash, table_hashes, probes),
-                label=run["name"],
-                extra={"run": run, "eval_config": eval_cfg, "probe": probe, "history": str(runner.art / HISTORY)}))
+    for protocol in ecfg.protocol_list():
+        eval_cfg = ecfg.eval_config(roots_, plan.cfg.world_run, protocol)
+        # one protocol's evaluation: its settings in the key (the plan's list of protocols is not)
+        keyed = dataclasses.replace(section, settings=eval_cfg) if protocol else section
+        for label in labels:
+            if label not in runs:
+                raise ConfigError(f"config evaluate.models: {label!r} is not a run of this config ({sorted(runs)})")
+            for run in runs[label]:
+                ev = runner.run(stage, keyed, inputs,
+                                read_hashes=evaluation_reads(run, roots_hash, table_hashes, probes),
+                                label=run["name"], extra={"run": run, "eval_config": eval_cfg, "probe": probe,
+                                                          "history": str(runner.art / HISTORY)})
+                evals.setdefault(label, []).append({**ev, "protocol": eval_cfg.protocol})
     plan.catalog.entries["evaluations"] = {"kind": "evaluations", "evaluations": evals,
                                            "content_hash": _hash_of(evals)}
     return evals
@@ -230,17 +254,55 @@ def _drive_evaluate(stage: Stage, plan, runner) -> dict[str, list[dict]]:
 
 # ---- report ---------------------------------------------------------------------------------------------------------
 def _report(call: Call) -> dict:
+    """``results.md`` / ``results.json`` / ``results.png`` of every evaluation; with several protocols one report
+    each under ``<protocol>/``, and with ``evaluate.paper`` the paper's tables beside ours and the registered bar
+    (``pipeline.paper``) in the top ``results.md``."""
     from pipeline.report import write_report
 
-    evals = call.extra["evaluations"]
-    results = {label: [json.loads(Path(e["results"]).read_text()) for e in runs] for label, runs in evals.items()}
-    counts = sorted({len(v) for k, v in evals.items() if k != "base"})
+    evals, plan = call.extra["evaluations"], call.section
+    by_protocol: dict[str | None, dict[str, list[dict]]] = {}
+    for label, runs in evals.items():
+        for e in runs:
+            p = e.get("protocol") if plan.protocols else None
+            by_protocol.setdefault(p, {}).setdefault(label, []).append(json.loads(Path(e["results"]).read_text()))
+    untrained = ("base", *plan.weights)
+    counts = sorted({len(v) // max(1, len(by_protocol)) for k, v in evals.items() if k not in untrained})
     n_seeds = "/".join(map(str, counts))
     data = "Synthetic world" if call.extra.get("world", True) else "The config's data"
     note = (f"{data}, {n_seeds} seed{'s' if counts != [1] else ''} per fine-tune "
             f"({'mean ± sd over seeds' if counts != [1] else 'a single seed: no spread estimate'}).")
-    rep = write_report(results, call.out, f"{call.label}: base vs fine-tunes", note, control=call.section.control)
-    return {**rep, "outputs": {"report": {"kind": "report", "dir": str(call.out), "content_hash": None}}}
+    title = f"{call.label}: base vs fine-tunes"
+    if not plan.protocols and not plan.paper:
+        rep = write_report(by_protocol.get(None, {}), call.out, title, note, control=plan.control,
+                           untested=untrained)
+        return {**rep, "outputs": {"report": {"kind": "report", "dir": str(call.out), "content_hash": None}}}
+    return {**_paper_report(call, by_protocol, title, note, untrained),
+            "outputs": {"report": {"kind": "report", "dir": str(call.out), "content_hash": None}}}
+
+
+def _paper_report(call: Call, by_protocol: dict, title: str, note: str, untrained: tuple) -> dict:
+    """One report per protocol (``<out>/<protocol>/``), and ``results.md`` / ``paper.json`` on top: the paper's
+    tables beside ours, the registered bar, then each protocol's table."""
+    from data_schemas import replace_file
+    from pipeline.paper import paper_section
+    from pipeline.report import write_report
+
+    plan, out = call.section, call.out
+    parts = {p: write_report(res, out / (p or "report"), f"{title} (protocol {p or 'as configured'})", note,
+                             control=plan.control, untested=untrained) for p, res in by_protocol.items()}
+    lines = [f"# {title}", "", note, ""]
+    data: dict = {}
+    if plan.paper:
+        section, data = paper_section(by_protocol, plan.paper, plan.control)
+        lines += section
+    for p, rep in parts.items():
+        lines += [f"## Protocol {p or 'as configured'} ({Path(rep['markdown']).relative_to(out)})", "",
+                  *rep["table"].splitlines()[2:], ""]
+    md = out / "results.md"
+    replace_file(md, lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
+    replace_file(out / "paper.json", lambda tmp: tmp.write_text(json.dumps(data, indent=2)))
+    return {"markdown": str(md), "png": next(iter(parts.values()))["png"] if parts else None,
+            "table": "\n".join(lines)}
 
 
 def _drive_report(stage: Stage, plan, runner) -> dict:
@@ -257,7 +319,7 @@ STAGES = (
     Stage("train", "train", (*TRAINING_TABLES, "images"), ("runs",), roots("model.train"), _train,
           after=("validation",), extras=_train_extras, unkeyed=TRAIN_UNKEYED, drive=_drive_train),
     Stage("evaluate", "evaluate", ("runs", "source?", *TRAINING_TABLES, "images"), ("evaluations",), _evaluate_code,
-          _evaluate, unkeyed=("models", "control", "given"), drive=_drive_evaluate),
+          _evaluate, unkeyed=("models", "control", "given", "weights", "protocols", "paper"), drive=_drive_evaluate),
     Stage("report", "evaluate", ("evaluations",), ("report",), roots("pipeline.report"), _report,
           drive=_drive_report, cached=False),
 )

@@ -11,6 +11,7 @@ GROUPS = [
     ("aro-vgr", "macro", "ARO VG-Relation (macro)"),
     ("aro-vga", "macro", "ARO VG-Attribution (macro)"),
     ("coco-order", "precision_at_1", "ARO COCO-Order (P@1)"),
+    ("flickr-order", "precision_at_1", "ARO Flickr-Order (P@1)"),
     ("sugarcrepe", "attribute", "SugarCrepe attribute"),
     ("sugarcrepe", "relation", "SugarCrepe relation"),
     ("sugarcrepe", "object", "SugarCrepe object"),
@@ -22,8 +23,9 @@ GROUPS = [
 ]
 
 
-# chance accuracy of each row: two options (true vs one negative) except COCO-Order (1 of 5) and What's Up (1 of 4)
-CHANCE = {name: 0.5 for _, _, name in GROUPS} | {"ARO COCO-Order (P@1)": 0.2, "What's Up controlled": 0.25}
+# chance accuracy of each row: two options (true vs one negative) except the Order tasks (1 of 5) and What's Up (1 of 4)
+CHANCE = {name: 0.5 for _, _, name in GROUPS} | {"ARO COCO-Order (P@1)": 0.2, "ARO Flickr-Order (P@1)": 0.2,
+                                                 "What's Up controlled": 0.25}
 
 
 def _n(bench: dict, key: str) -> int:

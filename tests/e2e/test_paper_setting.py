@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from data_schemas import TABLES, read_table
-from tests_support import prefect_env
+from tests_support import micro_checkpoint, prefect_env
 from unit.test_macco_tsv import ROWS, write_tsv  # the official file's fixture (the loader's format)
 
 pytestmark = pytest.mark.e2e
@@ -242,3 +242,112 @@ def test_the_paper_config_runs_through_the_flow(tmp_path):
     assert all(set(e["benchmarks"]) == set(shipped["evaluate"]["roots"]) for e in evals)
     report = (art / "runs" / shipped["name"] / "results.md").read_text()
     assert "The config's data, 1 seed per fine-tune" in report and "Synthetic world" not in report
+
+
+# ---- 3: configs/paper-vitb32.yaml, the paper's experiment in one command ---------------------------------------
+PAPER_CONFIG = REPO / "configs" / "paper-vitb32.yaml"
+
+
+def paper_fixtures(tmp_path: Path) -> dict[str, str]:
+    """A file in every format the paper config reads besides the official file: the world's benchmark sets (ARO,
+    COCO-Order, SugarCrepe, VL-CheckList, VALSE, What's Up in their released formats), Flickr-Order (the world's
+    Karpathy-style test file under Flickr's name), SentEval's SICK files and probing files."""
+    import shutil
+
+    from pipeline.world import WorldConfig, generate_world
+    from pipeline.world_benchmarks import benchmark_roots
+    from unit.test_linear_probe import _image_folder
+    from unit.test_senteval import _probing_fixture
+    from unit.test_sts import _senteval_sick
+
+    world = tmp_path / "world"
+    generate_world(world, WorldConfig(seed=5, images=24, size=64, eval_fraction=0.3))
+    roots = benchmark_roots(world)
+    order = Path(roots["coco-order"])
+    flickr = tmp_path / "flickr"
+    shutil.copytree(order, flickr)
+    (flickr / "coco_karpathy_test.json").rename(flickr / "flickr30k_test.json")
+    sick, probing = tmp_path / "SICK", tmp_path / "probing"
+    sick.mkdir()
+    probing.mkdir()
+    _senteval_sick(sick, {"train": 30, "dev": 10, "test": 12})
+    _probing_fixture(probing)
+    folder = tmp_path / "imagefolder"  # train/ and test/ ImageFolders: the linear probe; test/ alone: zero-shot
+    _image_folder(folder, {"train": 5, "test": 3})
+    return {**roots, "flickr-order": str(flickr), "sts": str(sick), "senteval-probing": str(probing),
+            "zeroshot": str(folder / "test"), "linear-probe": str(folder)}
+
+
+def test_the_paper_experiment_runs_as_one_command(tmp_path):
+    """configs/paper-vitb32.yaml as written but for the paths, the CPU, a tiny random model for the OpenAI weights
+    and a batch the fixture fills: the official file trained on, 3 seeds of clip-ft and macco, the pretrained column,
+    both protocols, every benchmark root evaluated, and the report's paper tables with every row and column, the
+    spread over seeds and the registered bar's verdict."""
+    from flows.config import load_config, plain
+    from model.benchmarks.protocols import WORLD_SETTINGS
+    from pipeline.paper import BAR, load_paper
+
+    shipped = yaml.safe_load(PAPER_CONFIG.read_text())
+    write_tsv(tmp_path, rows=ROWS[:2] * 4)  # pairs whose words are all in their captions (the validate gate)
+    weights = micro_checkpoint(tmp_path)  # a tiny random model's weights file stands for the OpenAI weights
+    fx = paper_fixtures(tmp_path)
+    subs = {"data.path": str(tmp_path / "official.tsv"), "data.image_root": str(tmp_path / "datasets"),
+            "masks.models": [*shipped["masks"]["models"], "macco-micro"],
+            "train.arch": "macco-micro", "train.pretrained": str(weights),
+            "train.common.device": "cpu", "train.common.precision": "fp32", "train.common.batch_size": 4,
+            "train.common.workers": 0, "evaluate.weights.clip": str(weights),
+            **{f"evaluate.roots.{b}": fx[b.split("/")[0]] for b in shipped["evaluate"]["roots"]},
+            "evaluate.settings.device": "cpu", "evaluate.settings.batch_size": 32,
+            "evaluate.settings.order_image_roots": {"coco-order": fx["coco-order"], "flickr-order": fx["flickr-order"]},
+            **{f"evaluate.settings.{k}": v for k, v in WORLD_SETTINGS.items()}}
+    cfg = substitute(shipped, subs)
+    path = tmp_path / PAPER_CONFIG.name
+    path.write_text(yaml.safe_dump(cfg))
+    # the shipped settings not substituted reach the typed tree unchanged
+    kept = {p: v for p, v in leaves(shipped).items() if not any(p == s or p.startswith(s + ".") for s in subs)}
+    assert {"data.source", "parse.parser", "ground.backend", "train.seeds", "train.common.lr_clip",
+            "evaluate.protocols", "evaluate.paper.macco"} <= set(kept)
+    view = plain(load_config(path).key_view())
+    for p, v in kept.items():
+        if not p.startswith(("evaluate.", "train.runs.", "train.seeds")):
+            assert all(same(plain(x), v) for x in typed_values(view, p)), (p, v)
+
+    r = macco(["run", "--config", path.name], tmp_path, prefect_env(tmp_path))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    art = tmp_path / shipped["artifacts"]
+    # trained on the official file's pairs: 3 seeds of each run, from the weights file
+    records = [json.loads(p.read_text()) for p in (art / "runs").glob("*/stage.json")]
+    runs = {rec["name"] for rec in records if rec.get("kind") == "run"}
+    assert runs == {f"{n}-s{s}" for n in shipped["train"]["runs"] for s in shipped["train"]["seeds"]}
+    # every model (the 6 runs and the pretrained column) under both protocols, on every root
+    evals = [json.loads(p.read_text()) for p in (art / "evaluate").glob("*/results.json")]
+    assert len(evals) == (len(runs) + 1) * 2
+    assert all(set(e["benchmarks"]) == set(shipped["evaluate"]["roots"]) for e in evals)
+    protocols = {(e["label"], b["settings"]["protocol"]) for e in evals for b in e["benchmarks"].values()
+                 if "protocol" in b["settings"]}
+    assert {p for _, p in protocols} == set(shipped["evaluate"]["protocols"]) and ("clip", "macco") in protocols
+    # the report: the paper's tables beside ours, each protocol's own table, the bar's verdict
+    out = art / "runs" / shipped["name"]
+    report = (out / "results.md").read_text()
+    paper = load_paper()
+    for name, table in paper["tables"].items():
+        if not any(row in table["rows"] for row in shipped["evaluate"]["paper"].values()):
+            continue
+        assert f"### {name}: {table['source']}" in report
+        for header in table["columns"].values():
+            assert f"| {header} |" in report, header
+        for label, row in shipped["evaluate"]["paper"].items():
+            if row in table["rows"]:
+                assert f"{label} (ours) | {table['row_names'][row]} (paper)" in report
+    assert "± " in report  # three seeds: a spread
+    for protocol in shipped["evaluate"]["protocols"]:
+        assert f"## Protocol {protocol} ({protocol}/results.md)" in report
+        assert (out / protocol / "results.md").is_file()
+    assert "The registered comparison: macco vs clip-ft (3 seed pair(s))" in report
+    assert re.search(r"— \*\*(not )?met\*\*", report)
+    data = json.loads((out / "paper.json").read_text())
+    assert data["protocol"] == "macco" and set(data["registered"]) == set(shipped["evaluate"]["protocols"])
+    assert {g for g in data["registered"]["macco"]["groups"]} == {name for _, _, name in BAR}
+    main = {(ln["column"], ln["model"]): ln for ln in data["tables"]["main"]}
+    assert main[("aro_relation", "clip")]["ours"]["seeds"] == 1
+    assert main[("aro_relation", "macco")]["ours"]["seeds"] == 3

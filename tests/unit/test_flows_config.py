@@ -48,6 +48,16 @@ def test_flow_defaults_are_the_stage_configs_defaults():
     ({"train": {"runs": {"m": {"mode": "macco", "arch": "local-dir:/x"}}}},
      r"config train.runs.m: 'local-dir:/x' and parse.clip_model 'macco-tiny' tokenize differently"),
     ({"train": {"runs": {"m": {"arch": "built:tokenizer"}}}}, r"train.runs.m: 'built:tokenizer' names the folder"),
+    ({"evaluate": {"protocols": ["macco", "theirs"]}}, r"evaluate.protocols: .*a list of distinct protocols"),
+    ({"evaluate": {"protocols": ["macco", "macco"]}}, r"evaluate.protocols: .*a list of distinct protocols"),
+    ({"evaluate": {"protocols": ["macco"], "settings": {"protocol": "authors"}}}, r"either evaluate.protocols"),
+    ({"evaluate": {"weights": {"clip": 3}}}, r"evaluate.weights: a mapping of label -> weights file"),
+    ({"evaluate": {"weights": {"../clip": "w.pt"}}}, r"evaluate.weights"),
+    ({"evaluate": {"paper": ["CLIP"]}}, r"evaluate.paper: a mapping expected"),
+    ({"evaluate": {"paper": {"macco": 1}}}, r"evaluate.paper: a mapping of model label -> paper row"),
+    ({"evaluate": {"roots": {"sugar-crepe": "/x"}}}, r"evaluate.roots: unknown benchmark\(s\) \['sugar-crepe'\]"),
+    ({"evaluate": {"paper": {"maco": "MACCO"}}}, r"evaluate.paper: 'maco' is not a model of this config"),
+    ({"evaluate": {"paper": {"macco": "MACCO-CLIP"}}}, r"evaluate.paper.macco: 'MACCO-CLIP' is not a row"),
 ])
 def test_flow_config_checks_every_section_when_read(tmp_path, over, message):
     from flows.config import load_config
@@ -110,3 +120,24 @@ def test_validate_params_are_typed(tmp_path):
                             ({"min_grounded_coverage": 1.5}, r"min_grounded_coverage: 1.5 must be in \[0, 1\]")):
         with pytest.raises(ValueError, match=message):
             load_config("configs/demo.yaml", {"validate": {"params": params}})
+
+
+def test_each_protocol_takes_its_own_defaults_and_the_settings_the_config_gives():
+    """``evaluate.protocols``: one evaluation per protocol, each with that protocol's defaults (activation, ARO
+    exclusion list, VL-CheckList mode) except where the config's settings say otherwise; without it, one
+    evaluation with the settings' own protocol, as before."""
+    from flows.config import load_config
+
+    cfg = load_config("configs/paper-vitb32.yaml")
+    ev = cfg.evaluate
+    assert ev.protocols == ("macco", "authors") and ev.weights == {"clip": "/weights/openai_vit_b_32.pt"}
+    assert ev.paper == {"clip": "CLIP", "clip-ft": "CLIP-FT", "macco": "MACCO"}
+    m, a = (ev.eval_config({"x": "/r"}, False, p) for p in ev.protocols)
+    assert (m.protocol, m.activation, m.aro_exclusion, m.vlc_mode) == ("macco", "gelu", "macco", "macco")
+    assert (a.protocol, a.activation, a.aro_exclusion, a.vlc_mode) == ("authors", "auto", "aro_notebook", "authors")
+    for e in (m, a):  # what the config gives holds under both
+        assert e.device == "cuda" and e.batch_size == 256 and e.roots == {"x": "/r"}
+    over = load_config("configs/paper-vitb32.yaml", {"evaluate": {"settings": {"activation": "quickgelu"}}})
+    assert {over.evaluate.eval_config({}, False, p).activation for p in ev.protocols} == {"quickgelu"}
+    demo = load_config("configs/demo.yaml").evaluate
+    assert demo.protocol_list() == (None,) and demo.eval_config({}, True) == demo.eval_config({}, True, None)
