@@ -39,7 +39,8 @@ def _scores(res: dict) -> dict:
 def step_terms(root: Path) -> dict:
     """One step of each mode on the same batch of the run's tables: every loss term and the gradient norm of every
     parameter group, from a fixed initialisation."""
-    from model.train import load_config, setup, train_step
+    from model.train import load_config, setup
+    from model.train_step import train_step
 
     tables = next(root.glob("runs/macco-s0-*/run/config.json"))
     base = json.loads(tables.read_text())

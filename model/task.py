@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence, get_args
+from types import SimpleNamespace
+from typing import Callable, Sequence, get_args
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,7 @@ from .masked import (encode_image_pair, encode_image_tokens, encode_text_pair, e
 from .predictors import ImagePredictor, TextPredictor
 from .siglip import is_siglip
 from .train_config import Mode, TrainConfig
+from .train_state import MicroBatch
 
 MODES = get_args(Mode)
 
@@ -158,11 +160,22 @@ class MaccoTask(nn.Module):
         return sizes.tolist()
 
     def forward(self, batch: dict[str, torch.Tensor], stats: bool = True,
-                sizes: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+                sizes: Sequence[int] | None = None, micro: MicroBatch | None = None) -> dict[str, torch.Tensor]:
         """Every training task's signature (``SceneTask``, ``LMTask`` too): a batch as the dataset collates it
-        (``image``, ``text``, ``text_mask``, ``image_mask``, optionally ``hard_text``) -> the named terms."""
+        (``image``, ``text``, ``text_mask``, ``image_mask``, optionally ``hard_text``) -> the named terms.
+        ``micro``: the batch is one micro-batch of an accumulated step (``terms``)."""
         return self.terms(batch["image"], batch["text"], batch["text_mask"], batch["image_mask"],
-                          batch.get("hard_text"), stats=stats, sizes=sizes)
+                          batch.get("hard_text"), stats=stats, sizes=sizes, micro=micro)
+
+    @torch.no_grad()
+    def batch_rows(self, batch: dict[str, torch.Tensor], sizes: Sequence[int] | None = None
+                   ) -> dict[str, torch.Tensor]:
+        """The caching pass of an accumulated step (``model.train_state.MicroBatch``): per sample of this
+        micro-batch, what the batch-level terms read (the full and masked globals, the hard negatives') and what
+        the per-sample means divide by (whether it has a masked word / patch, its number of masked words)."""
+        image_mask = batch["image_mask"]
+        enc = self.encode(batch["image"], batch["text"], batch["text_mask"], image_mask, sizes)
+        return self._rows(enc, batch.get("hard_text"), batch["text_mask"], image_mask)
 
     @property
     def masks_text(self) -> bool:
@@ -178,11 +191,14 @@ class MaccoTask(nn.Module):
 
     def terms(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor,
               image_mask: torch.Tensor, hard_texts: torch.Tensor | None = None,
-              stats: bool = True, sizes: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+              stats: bool = True, sizes: Sequence[int] | None = None,
+              micro: MicroBatch | None = None) -> dict[str, torch.Tensor]:
         """images [B,3,H,W], texts [B,L] ids, text_mask [B,L] bool, image_mask [B,N] bool (True = masked):
         ``encode`` -> ``contrastive_terms`` -> ``reconstruction_terms`` -> the weighted total. ``stats=False``
         skips the masked-word accuracy (an argmax over the vocabulary; the loop asks for it only on the steps it
-        logs)."""
+        logs). ``micro``: these rows are one micro-batch of an accumulated step (``accumulated_terms``)."""
+        if micro is not None:
+            return self.accumulated_terms(images, texts, text_mask, image_mask, hard_texts, stats, sizes, micro)
         enc = self.encode(images, texts, text_mask, image_mask, sizes)
         out = self.contrastive_terms(enc, hard_texts)
         out |= self.reconstruction_terms(enc, images, texts, text_mask, image_mask, stats)
@@ -192,6 +208,57 @@ class MaccoTask(nn.Module):
             out["empty_image_masks"] = (~image_mask.any(dim=1)).sum().float()
             out["logit_scale"] = enc.scale.detach()
         return out
+
+    def accumulated_terms(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor,
+                          image_mask: torch.Tensor, hard_texts: torch.Tensor | None, stats: bool,
+                          sizes: Sequence[int] | None, micro: MicroBatch) -> dict[str, torch.Tensor]:
+        """One micro-batch's gradient pass (open_clip's ``accum_freq``): its rows encoded with gradient and
+        spliced into the cached rows of the whole batch, so MCA and MIR contrast the whole batch (every negative of
+        the unaccumulated step); the per-sample means divide by the whole batch's counts. Each term is this pass's
+        share (``MicroBatch``); the logit scale and bias take their gradient in the last pass only."""
+        enc = self.encode(images, texts, text_mask, image_mask, sizes)
+        rows = micro.splice(self._rows(enc, hard_texts, text_mask, image_mask))
+        scale, obj = enc.scale, self.objective
+        if not micro.last:
+            scale = scale.detach()
+            if self.sigmoid:  # the objective reads the bias from its model: a detached one for this pass
+                obj = SigmoidContrastObjective(SimpleNamespace(logit_bias=self.clip.logit_bias.detach()))
+                obj.world_size = self.world_size
+        hard = (lambda: rows["hard"]) if "hard" in rows else None
+        out = self._contrast(rows["i_glob"], rows["t_glob"], rows.get("im_glob"), rows.get("tm_glob"), scale, obj,
+                             hard)
+        out = {k: micro.share(v) for k, v in out.items()}
+        whole = {"text": self.masked_samples(rows["text_masked"]), "image": self.masked_samples(rows["image_masked"]),
+                 "words": rows["masked_words"].sum()}
+        out |= self.reconstruction_terms(enc, images, texts, text_mask, image_mask, stats, whole)
+        out["total_loss"] = total_loss(out, self.cfg.loss_weights)
+        with torch.no_grad():
+            out["empty_text_masks"] = (~text_mask.any(dim=1)).sum().float()
+            out["empty_image_masks"] = (~image_mask.any(dim=1)).sum().float()
+            out["logit_scale"] = enc.scale.detach() / micro.passes
+        return out
+
+    def _rows(self, enc: Encoded, hard_texts: torch.Tensor | None, text_mask: torch.Tensor,
+              image_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``batch_rows`` of an encoded micro-batch (the live rows of a gradient pass)."""
+        rows = {"i_glob": enc.i_glob, "t_glob": enc.t_glob, "text_masked": text_mask.any(dim=1),
+                "image_masked": image_mask.any(dim=1), "masked_words": text_mask.sum(dim=1)}
+        if enc.im_glob is not None:
+            rows["im_glob"] = enc.im_glob
+        if enc.tm_glob is not None:
+            rows["tm_glob"] = enc.tm_glob
+        if self.cfg.hardneg and hard_texts is not None:
+            rows["hard"] = self.clip.encode_text(hard_texts)
+        return rows
+
+    def masked_samples(self, has: torch.Tensor) -> torch.Tensor:
+        """The number of the step's samples with a masked position (``has`` [B] bool: the whole batch), under
+        DDP the global number over the ranks (``samples_per_rank``): what an accumulated pass divides by."""
+        n = has.sum().to(torch.float32)
+        if self.world_size > 1:
+            torch.distributed.all_reduce(n)
+            n = n / self.world_size
+        return n
 
     def encode(self, images: torch.Tensor, texts: torch.Tensor, text_mask: torch.Tensor,
                image_mask: torch.Tensor | None, sizes: Sequence[int] | None = None) -> Encoded:
@@ -236,13 +303,21 @@ class MaccoTask(nn.Module):
     def contrastive_terms(self, enc: Encoded, hard_texts: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """MCA (the full pairs, with MCA the masked globals as extra negatives, with hardneg the swapped
         captions) and MIR (masked vs full per masked modality), in the task's contrastive form."""
-        cfg, obj, scale = self.cfg, self.objective, enc.scale
-        I, T = obj.gather(F.normalize(enc.i_glob, dim=-1), F.normalize(enc.t_glob, dim=-1))
+        hard = (lambda: self.clip.encode_text(hard_texts)) if self.cfg.hardneg and hard_texts is not None else None
+        return self._contrast(enc.i_glob, enc.t_glob, enc.im_glob, enc.tm_glob, enc.scale, self.objective, hard)
+
+    def _contrast(self, i_glob: torch.Tensor, t_glob: torch.Tensor, im_glob: torch.Tensor | None,
+                  tm_glob: torch.Tensor | None, scale: torch.Tensor, obj: ContrastObjective,
+                  hard_glob: Callable[[], torch.Tensor] | None) -> dict[str, torch.Tensor]:
+        """``contrastive_terms`` on given globals (``hard_glob``: the hard negatives' globals, made where the
+        unaccumulated step has always made them, after MIR: the order autograd sums the text tower's gradients)."""
+        cfg = self.cfg
+        I, T = obj.gather(F.normalize(i_glob, dim=-1), F.normalize(t_glob, dim=-1))
         imgs, txts = [I], [T]
         intra = []  # MIR per masked modality, each computed where its masked globals are made
         if cfg.masks_text or cfg.masks_image:
-            I_m = F.normalize(enc.im_glob, dim=-1) if cfg.masks_image else None
-            T_m = F.normalize(enc.tm_glob, dim=-1) if cfg.masks_text else None
+            I_m = F.normalize(im_glob, dim=-1) if cfg.masks_image else None
+            T_m = F.normalize(tm_glob, dim=-1) if cfg.masks_text else None
             if I_m is not None:
                 I_m, = obj.gather(I_m)
             if T_m is not None:
@@ -258,8 +333,8 @@ class MaccoTask(nn.Module):
                 if cfg.mir:
                     intra.append(obj.intra(I, I_m, scale))
         hard = None
-        if cfg.hardneg and hard_texts is not None:
-            hard, = obj.gather(F.normalize(self.clip.encode_text(hard_texts), dim=-1))
+        if hard_glob is not None:
+            hard, = obj.gather(F.normalize(hard_glob(), dim=-1))
         out = {"contrast_loss": obj.contrast(imgs, txts, scale, hard)}
         if intra:
             out["intra_modal_contrast_loss"] = intra_modal_contrast_loss(intra)
@@ -284,24 +359,31 @@ class MaccoTask(nn.Module):
         return self.text_predictor.head(self.masked_word_features(enc, text_mask)).argmax(-1)
 
     def reconstruction_terms(self, enc: Encoded, images: torch.Tensor, texts: torch.Tensor,
-                             text_mask: torch.Tensor, image_mask: torch.Tensor, stats: bool = True
-                             ) -> dict[str, torch.Tensor]:
+                             text_mask: torch.Tensor, image_mask: torch.Tensor, stats: bool = True,
+                             whole: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """The masked words from the masked text copy and the *detached* full image; the masked patches' pixels
-        from the *detached* masked image copy and the full text (the reference's stop-gradient map)."""
+        from the *detached* masked image copy and the full text (the reference's stop-gradient map). ``whole``:
+        these rows are a micro-batch of a larger step, whose numbers of samples with a masked word (``text``) or
+        patch (``image``) and of masked words (``words``) the means divide by (each term its share)."""
         cfg, tp, ip, out = self.cfg, self.text_predictor, self.image_predictor, {}
         if cfg.masks_text:
             h = self.masked_word_features(enc, text_mask)
             targets = texts[text_mask]
             out["text_reconstruction_loss"] = text_reconstruction_loss(h, tp.head, targets, text_mask.nonzero()[:, 0],
                                                                        texts.shape[0],
-                                                                       self.samples_per_rank(text_mask))
+                                                                       self.samples_per_rank(text_mask)
+                                                                       if whole is None else whole["text"])
             if stats:
                 with torch.no_grad():
-                    out["masked_word_acc"] = (tp.head(h).argmax(-1) == targets).float().mean() if len(targets) \
-                        else h.new_zeros(())
+                    if not len(targets):
+                        out["masked_word_acc"] = h.new_zeros(())
+                    else:
+                        right = (tp.head(h).argmax(-1) == targets).float()
+                        out["masked_word_acc"] = right.mean() if whole is None else right.sum() / whole["words"]
         if cfg.masks_image:
             rows = ip.predict(enc.im_tok.detach(), enc.im_glob.detach(), enc.t_tok, enc.t_glob, image_mask,
                               enc.image_count, enc.image_slots)
             out["image_reconstruction_loss"] = image_reconstruction_loss(rows, images, image_mask, self.patch_size,
-                                                                         self.samples_per_rank(image_mask))
+                                                                         self.samples_per_rank(image_mask)
+                                                                         if whole is None else whole["image"])
         return out

@@ -7,12 +7,13 @@ changes numbers:
   ``"clip"`` puts it with the CLIP no-decay group.
 - ``betas=(0.9, 0.999)``, ``eps=1e-8`` reproduce the reference's RN50-derived defaults.
 - ``predictor_wd=0.01`` applies to every predictor parameter (biases and LayerNorms too), as the reference.
-- Gradient accumulation splits the batch into ``accum_steps`` micro-batches (contrastive terms per micro-batch).
+- Gradient accumulation (``accum_steps``) is open_clip's ``accum_freq``: the contrastive terms see the whole batch,
+  and the step's gradients are the unaccumulated step's (``model.train_step``). ``grad_clip_norm`` is its
+  ``--grad-clip-norm``.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from .runlog import RunLog, SkipCount, TooManySkipped, format_log_row, progress_
 from .task import MaccoConfig, MaccoTask
 from .train_config import TrainConfig, load_config  # noqa: F401 (API)
 from .train_state import TrainState
+from .train_step import train_step
 from .training_task import TrainingTask
 
 log = logging.getLogger(__name__)
@@ -40,10 +42,6 @@ log = logging.getLogger(__name__)
 # ---- helpers ----------------------------------------------------------------------------------------------
 def _dist_env() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
-
-
-class NonFiniteLoss(FloatingPointError):
-    pass
 
 
 class NothingToReconstruct(ValueError):
@@ -85,6 +83,15 @@ def check_tokens(task: TrainingTask, samples: list, cfg: TrainConfig) -> None:
         raise ValueError(f"train {cfg.arch}: the token_masks rows have {sorted(lengths)} positions and ids up to "
                          f"{top}, the model's text tower {context} positions and {shapes['vocab']} ids: parse the "
                          f"captions with this architecture's tokenizer (parse.clip_model = {cfg.arch!r})")
+
+
+def check_accumulation(task: TrainingTask, cfg: TrainConfig) -> None:
+    """Accumulation needs a task that splits its batch-level terms over micro-batches (``batch_rows``, the
+    ``micro`` pass: ``model.train_state.MicroBatch``); for any other it would shrink them to the micro-batch."""
+    if cfg.accum_steps > 1 and not callable(getattr(task, "batch_rows", None)):
+        raise ConfigError(f"train {cfg.mode}: accum_steps {cfg.accum_steps} is not supported: {type(task).__name__} "
+                          "cannot split its batch-level terms (means over the batch) into micro-batches; set "
+                          "accum_steps 1")
 
 
 NEEDED_TABLES = ("captions", "token_masks")  # and for masking: scene_graphs (hard negatives), regions (image masks)
@@ -180,13 +187,12 @@ def setup(cfg: TrainConfig) -> TrainState:
     ck, ck_state = checkpoint_to_resume(cfg)
     task = build_task(cfg, vocab, weights_later=ck is not None).to(device)
     task.rank, task.world_size = rank, world
+    check_accumulation(task, cfg)
     samples, counts = build_samples({k: Path(v) for k, v in cfg.tables.items()}, cfg.split,
                                     hard_negatives=cfg.hardneg, seed=cfg.seed)
     check_masks(task, samples, counts, cfg)
     check_tokens(task, samples, cfg)
     dataset = training_dataset(task, cfg, samples, cfg.split, scenes)
-    if cfg.batch_size % cfg.accum_steps:
-        raise ValueError(f"batch_size {cfg.batch_size} is not divisible by accum_steps {cfg.accum_steps}")
     groups = image_groups(samples) if cfg.captions_per_image == "1" else None
     counts["pairs_per_epoch"] = len(groups) if groups is not None else len(samples)
     steps_per_epoch = counts["pairs_per_epoch"] // (cfg.batch_size * world)
@@ -232,52 +238,6 @@ def training_dataset(task, cfg: TrainConfig, samples: list, split: str, scenes=N
     tokenizer = open_clip.get_tokenizer(resolve_export_arch(cfg)) if cfg.hardneg else None
     return MaccoDataset(samples, dcfg, Geometry(shapes["grid"] * shapes["patch"], shapes["patch"]), seed=cfg.seed,
                         tokenizer=tokenizer, scenes=scenes)
-
-
-def train_step(state: TrainState, batch: dict, step: int, stats: bool) -> tuple[dict[str, torch.Tensor], dict]:
-    """One optimiser step over ``batch`` (in ``accum_steps`` micro-batches): the loss terms (detached, averaged
-    over micro-batches) and the learning rates the step used, by parameter group name."""
-    cfg, task, device = state.cfg, state.task, state.device
-    micro = cfg.batch_size // cfg.accum_steps
-    host = batch
-    batch = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
-    terms: dict[str, torch.Tensor] = {}
-    for m in range(cfg.accum_steps):
-        sl = slice(m * micro, (m + 1) * micro)
-        part = {k: v[sl] for k, v in batch.items() if torch.is_tensor(v)}
-        # the step's shapes from the host copy of the batch: no device sync inside the step
-        sizes = task.sizes_for({k: v[sl] for k, v in host.items() if torch.is_tensor(v)})
-        # under DDP the gradients are all-reduced once, after the last micro-batch (the sum is linear: the same
-        # gradients as a reduction per micro-batch, with 1 / accum_steps of the communication)
-        last = m == cfg.accum_steps - 1
-        with contextlib.nullcontext() if last or state.world == 1 else state.model.no_sync():
-            with torch.autocast(device.type, dtype=state.amp_dtype, enabled=state.amp_dtype is not None):
-                out = state.model(part, stats=stats, sizes=sizes)
-            state.scaler.scale(out["total_loss"] / cfg.accum_steps).backward()
-        for k, v in out.items():
-            terms[k] = terms.get(k, 0) + v.detach().float() / cfg.accum_steps
-    if stats and state.world > 1:
-        terms = terms_over_ranks(terms, state.world)
-    check_every = 1 if device.type == "cpu" else max(cfg.log_every, 1)  # a finite check syncs the GPU
-    if ((step + 1) % check_every == 0 or step == state.start) and not torch.isfinite(terms["total_loss"]):
-        raise NonFiniteLoss(f"non-finite loss at step {step}: { {k: float(v) for k, v in terms.items()} }")
-    lrs = {g["name"]: g["lr"] for g in state.opt.param_groups}
-    state.scaler.step(state.opt)
-    state.scaler.update()
-    state.opt.zero_grad(set_to_none=True)
-    state.sched.step()
-    with torch.no_grad():
-        task.clip.logit_scale.clamp_(0, task.logit_scale_max)
-    return terms, lrs
-
-
-def terms_over_ranks(terms: dict[str, torch.Tensor], world: int) -> dict[str, torch.Tensor]:
-    """The logged terms of a DDP step: each term the average over ranks (the global batch's value, see
-    ``MaccoTask.samples_per_rank``), the ``empty_*`` sample counts summed."""
-    names = sorted(terms)
-    vec = torch.stack([terms[k].float() for k in names])
-    torch.distributed.all_reduce(vec)
-    return {k: v if k.startswith("empty_") else v / world for k, v in zip(names, vec)}
 
 
 def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None,

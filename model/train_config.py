@@ -47,7 +47,11 @@ class TrainConfig:
     epochs: int = 5
     max_steps: int | None = None  # overrides epochs when set
     batch_size: int = 256
+    # gradient accumulation (open_clip's accum_freq): accum_steps micro-batches of batch_size / accum_steps hold
+    # the activations, but the contrastive batch is the full batch_size (every negative) and the gradients are the
+    # full batch's; it costs one more forward of the batch per step (a pass without gradient caching its features)
     accum_steps: int = 1
+    grad_clip_norm: float | None = None  # clip the total gradient norm (after fp16 unscaling) to this; None: no clip
     lr_clip: float = 5e-7
     lr_predictor: float = 1e-3
     wd: float = 0.2
@@ -85,7 +89,7 @@ class TrainConfig:
         check_choices(self, SECTION)  # a typo (precision: bf-16) is an error, never a silent fallback
         # a value out of range is an error too (batch_size 0, lr_clip -1); a learning rate of 0 freezes its group
         check_ranges(self, SECTION, positive=("epochs", "max_steps", "batch_size", "accum_steps", "eps",
-                                              "log_every", "predictor_heads", "crop_scale"),
+                                              "log_every", "predictor_heads", "crop_scale", "grad_clip_norm"),
                      non_negative=("lr_clip", "lr_predictor", "wd", "predictor_wd", "warmup", "workers", "save_every",
                                    "text_cross_layers", "image_cross_layers", "loss_weights"),
                      probability=("rect_prob", "rect_ratio", "max_skipped_fraction", "betas", "crop_scale"))
@@ -93,6 +97,9 @@ class TrainConfig:
         if unknown:
             raise ConfigError(f"{SECTION} loss_weights: unknown term(s) {unknown}; known: "
                               f"{sorted(asdict(LossWeights()))}")
+        if self.batch_size % self.accum_steps:
+            raise ConfigError(f"{SECTION} accum_steps: {self.accum_steps} does not divide batch_size "
+                              f"{self.batch_size} (micro-batches of equal size)")
         if self.crop_scale[0] > self.crop_scale[1]:
             raise ConfigError(f"{SECTION} crop_scale: {list(self.crop_scale)} (low > high)")
 

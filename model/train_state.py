@@ -1,4 +1,5 @@
-"""``TrainState``: everything a training step needs, built once by ``model.train.setup`` (and read by the run log)."""
+"""``TrainState``: everything a training step needs, built once by ``model.train.setup`` (and read by the run log);
+``MicroBatch``: one micro-batch's gradient pass of an accumulated step."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,3 +33,34 @@ class TrainState:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+@dataclass
+class MicroBatch:
+    """The gradient pass of micro-batch ``index`` in an accumulated step (``model.train_step.train_step``, open_clip's
+    ``accum_freq``): ``rows`` holds, per micro-batch, what the step's batch-level terms read of each sample,
+    computed without gradient (a task's ``batch_rows``). A task that accumulates takes it as ``forward``'s ``micro``
+    and returns each term as this pass's share: the step's terms are the sums over the passes, and the sum of the
+    passes' ``total_loss`` gradients is the gradient of the unaccumulated step on the whole batch."""
+    rows: list[dict[str, torch.Tensor]]
+    index: int
+
+    @property
+    def passes(self) -> int:
+        return len(self.rows)
+
+    @property
+    def last(self) -> bool:
+        """The pass that also carries the gradient of what the batch-level terms read directly (the logit scale and
+        bias): once per step, not once per pass."""
+        return self.index == len(self.rows) - 1
+
+    def splice(self, live: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The whole batch's rows: the cached ones, this micro-batch's replaced by ``live`` (with gradient)."""
+        return {k: torch.cat([live[k] if i == self.index else r[k] for i, r in enumerate(self.rows)]) for k in live}
+
+    def share(self, term: torch.Tensor) -> torch.Tensor:
+        """A batch-level term (computed whole in every pass): 1 / passes of its value, all of its gradient (which
+        reaches this micro-batch's live rows only, so the passes' gradients add up to the whole one)."""
+        value = term.detach()
+        return value / self.passes + (term - value)

@@ -58,7 +58,7 @@ def worker(rank: int, world: int, init_file: str, cfgs: list[dict], out: str) ->
     """Rank ``rank`` of ``world``: for each task config, its contiguous share of the batch through DDP; rank 0
     saves, per config, the terms (averaged over ranks, as the training log does) and the synchronised
     gradients."""
-    from model.train import terms_over_ranks
+    from model.train_step import terms_over_ranks
 
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -81,7 +81,7 @@ def worker(rank: int, world: int, init_file: str, cfgs: list[dict], out: str) ->
 
 
 def accum_state(model, task, accum_steps: int, batch_size: int, world: int):
-    """A TrainState for ``model.train.train_step``: the task's parameters under SGD at lr 0 (the gradients are what
+    """A TrainState for ``model.train_step.train_step``: the task's parameters under SGD at lr 0 (the gradients are what
     is compared), no loss scaling."""
     from model.train_config import TrainConfig
     from model.train_state import TrainState
@@ -96,7 +96,7 @@ def accum_state(model, task, accum_steps: int, batch_size: int, world: int):
 
 def accumulated_grads(state, batch: dict) -> tuple[dict, dict]:
     """One ``train_step`` over ``batch``: (its logged terms, the gradients the optimiser saw)."""
-    from model.train import train_step
+    from model.train_step import train_step
 
     seen: dict = {}
     real = state.scaler.step

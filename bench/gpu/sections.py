@@ -2,7 +2,7 @@
 
 A section writes one JSON line per finished measurement to its result file (``Emit``), so what it measured before
 its time box ran out still counts. It reuses the bench scripts' and the project's own functions: the synthetic
-training batch (``bench/train_step.py``), the training loop's ``model.train.train_step`` (autocast, GradScaler,
+training batch (``bench/train_step.py``), the training loop's ``model.train_step.train_step`` (autocast, GradScaler,
 the finite check), the data loader benchmark (``bench/loader.py``), the grounders (``pipeline.grounding``), the
 evaluation harness's ``Encoder`` and ``macco train`` itself (``model.train.main``).
 """
@@ -96,7 +96,8 @@ def step_bench(arch: str, mode: str, batch: int, steps: int, warmup: int, precis
     import torch
 
     from model.optim import make_optimizer, warmup_cosine
-    from model.train import TrainConfig, TrainState, build_task, train_step
+    from model.train import TrainConfig, TrainState, build_task
+    from model.train_step import train_step
     from train_step import synthetic_batch
 
     dev = torch.device(device)

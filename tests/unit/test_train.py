@@ -11,7 +11,8 @@ import torch.multiprocessing as mp
 import ddp_support as ds
 from model.factory import register_model_configs
 from model.optim import param_groups, warmup_cosine
-from model.train import NonFiniteLoss, load_config, train
+from model.train import load_config, train
+from model.train_step import NonFiniteLoss
 from tests_support import micro_train_config as _cfg
 
 
@@ -346,34 +347,160 @@ def test_probe_runs_on_a_trained_macco_run_with_its_text_predictor(world, world_
     assert "reconstruction" not in res and set(res["gradient_norms"]) == {"contrast_loss", "batch"}
 
 
-@pytest.mark.parametrize("mode", ["macco", "lm"])
-def test_gradient_accumulation_averages_the_micro_batches(world, world_tables, tmp_path, mode):
-    """accum_steps 2: the step's terms and gradients are the means of the two half-batches' (each half its own
-    contrastive batch), computed through the same task call signature."""
-    from model.train import setup, train_step
+# ---- gradient accumulation (open_clip's accum_freq) and clipping: model.train_step.train_step, the step train() runs
+ACCUM_CASES = {
+    "macco": {"mode": "macco"},
+    "clip-ft": {"mode": "clip-ft"},
+    "text-only": {"mode": "text-only"},
+    "image-only": {"mode": "image-only"},
+    "no-mca": {"mode": "macco", "mca": False},
+    "no-mir": {"mode": "macco", "mir": False},
+    "hardneg": {"mode": "macco", "hardneg": True},
+    "clip-ft-hardneg": {"mode": "clip-ft", "hardneg": True},
+    "self-attention": {"mode": "macco", "text_self_layers": 1, "image_self_layers": 1},
+}
 
-    state = setup(cfg_for(world, world_tables, tmp_path / mode, mode=mode, accum_steps=2, max_steps=1))
+
+def assert_same_step(got: tuple[dict, dict], want: tuple[dict, dict]) -> None:
+    """Two ``ds.accumulated_grads`` results: the same logged terms and every gradient to float tolerance (1e-5 of
+    the tensor's largest entry)."""
+    (got_terms, got_grads), (want_terms, want_grads) = got, want
+    assert set(got_terms) == set(want_terms)
+    for k, v in want_terms.items():
+        assert got_terms[k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
+    assert set(got_grads) == set(want_grads) and "clip.logit_scale" in want_grads
+    for k, g in want_grads.items():
+        torch.testing.assert_close(got_grads[k], g, rtol=1e-4, atol=1e-5 * (g.abs().max().item() + 1e-12), msg=k)
+
+
+@pytest.mark.parametrize("name", list(ACCUM_CASES))
+def test_accumulated_step_equals_the_full_batch_step(name):
+    """accum_steps k: the contrastive terms still contrast the whole batch (MCA's masked columns, MIR, the hard
+    negatives), the per-sample reconstruction means divide by the whole batch's masked samples (micro-batches with
+    different numbers of them: ds.make_batch's masks are uneven), and the logit scale takes its gradient once, so
+    the step's terms and gradients are the unaccumulated step's. (3, 9) runs an 8-row batch (an image skipped) as
+    micro-batches of 2, 3 and 3 rows."""
+    batch = ds.make_batch()
+    task = ds.make_task(ACCUM_CASES[name])
+    full = ds.accumulated_grads(ds.accum_state(task, task, 1, 8, 1), batch)
+    for accum, batch_size in ((2, 8), (3, 9), (8, 8)):
+        task = ds.make_task(ACCUM_CASES[name])
+        assert_same_step(ds.accumulated_grads(ds.accum_state(task, task, accum, batch_size, 1), batch), full)
+
+
+def test_accumulated_step_on_siglip_towers_equals_the_full_batch_step():
+    """The sigmoid form: its logit bias, like the scale, takes its gradient once per step."""
+    from model.factory import register_model_configs
+    from model.task import MaccoConfig, MaccoTask
+
+    register_model_configs()
+    g = torch.Generator().manual_seed(5)
+    batch = {"image": torch.randn(6, 3, 32, 32, generator=g), "text": torch.randint(3, 1000, (6, 16), generator=g),
+             "text_mask": torch.rand(6, 16, generator=g) < 0.2, "image_mask": torch.rand(6, 16, generator=g) < 0.3,
+             "hard_text": torch.randint(3, 1000, (6, 16), generator=g)}
+    steps = []
+    for accum in (1, 3):
+        torch.manual_seed(0)
+        task = MaccoTask(open_clip.create_model("macco-siglip-tiny"), MaccoConfig(hardneg=True))
+        steps.append(ds.accumulated_grads(ds.accum_state(task, task, accum, 6, 1), batch))
+    assert task.sigmoid and "clip.logit_bias" in steps[0][1]
+    assert_same_step(steps[1], steps[0])
+
+
+def test_accumulation_through_the_training_loop_equals_the_full_batch(world, world_tables, tmp_path):
+    """A batch of the real loader (masks drawn per sample by the dataset): train_step with accum_steps 2 gives the
+    gradients of the task's forward on the whole batch."""
+    from model.train import setup
+    from model.train_step import train_step
+
+    state = setup(cfg_for(world, world_tables, tmp_path / "a", mode="macco", hardneg=True, accum_steps=2,
+                          max_steps=1))
     batch = next(iter(state.loader))
     batch.pop("skipped")
     params = [p for p in state.task.parameters() if p.requires_grad]
-    want_terms, want_grads = {}, [torch.zeros_like(p) for p in params]
-    for half in (slice(0, 4), slice(4, 8)):
-        part = {k: v[half] for k, v in batch.items() if torch.is_tensor(v)}
-        out = state.task(part, stats=False, sizes=state.task.sizes_for(part))
-        grads = torch.autograd.grad(out["total_loss"], params, allow_unused=True)
-        for acc, g in zip(want_grads, grads):
-            if g is not None:
-                acc += g / 2
-        for k, v in out.items():
-            want_terms[k] = want_terms.get(k, 0) + float(v.detach()) / 2
+    out = state.task(batch, stats=False, sizes=state.task.sizes_for(batch))
+    want = torch.autograd.grad(out["total_loss"], params, allow_unused=True)
     seen = {}
     real_step = state.scaler.step
     state.scaler.step = lambda opt: (seen.update(grads=[p.grad.clone() if p.grad is not None else None
                                                         for p in params]), real_step(opt))
     terms, _ = train_step(state, batch, 0, stats=False)
-    assert {k: pytest.approx(float(v), rel=1e-5) for k, v in terms.items()} == want_terms
-    for want, got in zip(want_grads, seen["grads"]):
-        torch.testing.assert_close(got if got is not None else torch.zeros_like(want), want, rtol=1e-4, atol=1e-6)
+    assert {k: pytest.approx(float(v), rel=1e-5, abs=1e-6) for k, v in terms.items()} == \
+        {k: float(v) for k, v in out.items()}
+    for w, got in zip(want, seen["grads"]):
+        if w is None:
+            assert got is None or not got.any()
+        else:
+            torch.testing.assert_close(got, w, rtol=1e-4, atol=1e-5 * (w.abs().max().item() + 1e-12))
+
+
+def test_accumulation_replays_the_forward_random_draws(monkeypatch):
+    """Random draws inside the forward (here patch dropout) are the same in a micro-batch's gradient pass as in
+    its caching pass: the live rows spliced in are the cached ones."""
+    from open_clip.transformer import PatchDropout
+
+    from model.train_state import MicroBatch
+
+    task = ds.make_task({"mode": "clip-ft"})
+    task.clip.visual.patch_dropout = PatchDropout(0.5)
+    batch = ds.make_batch()
+    part = {k: v[:4] for k, v in batch.items()}
+    a, b = task.batch_rows(part), task.batch_rows(part)
+    assert not torch.allclose(a["i_glob"], b["i_glob"])  # the dropout draws change the features
+    pairs = []
+    real = MicroBatch.splice
+    monkeypatch.setattr(MicroBatch, "splice", lambda self, live: pairs.append((live, self.rows[self.index])) or
+                        real(self, live))
+    ds.accumulated_grads(ds.accum_state(task, task, 2, 8, 1), batch)
+    assert len(pairs) == 2
+    for live, cached in pairs:
+        assert set(live) == set(cached)
+        for k in live:
+            torch.testing.assert_close(live[k].detach(), cached[k], rtol=1e-6, atol=1e-7, msg=k)
+
+
+@pytest.mark.parametrize("mode", ["lm", "scene"])
+def test_accumulation_is_refused_by_a_task_that_cannot_split_its_terms(world, world_tables, tmp_path, mode):
+    from data_schemas.config import ConfigError
+    from model.train import setup
+
+    with pytest.raises(ConfigError, match=rf"train {mode}: accum_steps 2 is not supported: .* cannot split its "
+                                          "batch-level terms"):
+        setup(cfg_for(world, world_tables, tmp_path / mode, mode=mode, accum_steps=2, max_steps=1))
+
+
+def test_grad_clip_norm_clips_every_gradient_as_torch_does():
+    """grad_clip_norm: the total norm over every parameter's gradient is clipped to it, the gradients equal
+    torch's clip_grad_norm_ of the unclipped ones; with fp16's GradScaler on (2^16) they are clipped after the
+    unscale, and through an accumulated step the same."""
+    batch = ds.make_batch()
+    task = ds.make_task({"mode": "macco"})
+    _, grads = ds.accumulated_grads(ds.accum_state(task, task, 1, 8, 1), batch)
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads.values()]))
+    limit = float(norm) / 4
+    held = {k: torch.nn.Parameter(torch.zeros_like(g)) for k, g in grads.items()}  # torch clips the .grad of these
+    for k, g in grads.items():
+        held[k].grad = g.clone()
+    torch.nn.utils.clip_grad_norm_(list(held.values()), limit)
+    want = {k: h.grad for k, h in held.items()}
+    assert not torch.equal(want["text_mask_token"], grads["text_mask_token"])  # clipped
+    for accum, scaled in ((1, False), (1, True), (2, True)):
+        task = ds.make_task({"mode": "macco"})
+        state = ds.accum_state(task, task, accum, 8, 1)
+        state.cfg.grad_clip_norm = limit
+        if scaled:
+            state.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+        _, got = ds.accumulated_grads(state, batch)
+        got_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in got.values()]))
+        assert float(got_norm) == pytest.approx(limit, rel=1e-5), (accum, scaled)
+        assert set(got) == set(want)
+        for k, g in want.items():
+            torch.testing.assert_close(got[k], g, rtol=1e-4, atol=1e-5 * (g.abs().max().item() + 1e-12), msg=k)
+    task = ds.make_task({"mode": "macco"})
+    state = ds.accum_state(task, task, 1, 8, 1)
+    state.cfg.grad_clip_norm = float(norm) * 2  # above the norm: nothing changes
+    _, loose = ds.accumulated_grads(state, batch)
+    assert all(torch.equal(loose[k], g) for k, g in grads.items())
 
 
 def test_predictors_only_on_frozen_towers_then_a_joint_run_from_that_checkpoint(world, world_tables, tmp_path):
@@ -474,7 +601,7 @@ def test_two_process_step_equals_one_process_step(name, two_process_steps):
 def test_accumulated_micro_batches_all_reduce_once_and_equal_one_process(tmp_path):
     """Gradient accumulation under DDP all-reduced every micro-batch's gradients: with no_sync the reduction runs
     once per step (measured with a comm hook: as many all-reduce calls as one micro-batch's), and the gradients
-    equal one process's accumulated step over the same global micro-batches."""
+    equal one process's accumulated step over the same global micro-batches, and its unaccumulated step."""
     mp.start_processes(ds.accum_worker, args=(2, str(tmp_path / "init"), str(tmp_path / "rank0.pt")), nprocs=2,
                        join=True, start_method="spawn")
     got = torch.load(tmp_path / "rank0.pt", weights_only=True)
@@ -486,5 +613,11 @@ def test_accumulated_micro_batches_all_reduce_once_and_equal_one_process(tmp_pat
     _, ref = ds.accumulated_grads(ds.accum_state(task, task, 2, 8, 1), batch)
     assert set(got[2]["grads"]) == set(ref) and ref
     for k, g in ref.items():
+        scale = g.abs().max().item() + 1e-12
+        assert torch.allclose(got[2]["grads"][k], g, rtol=1e-4, atol=1e-5 * scale), k
+    # and the unaccumulated step on the whole global batch: the contrastive batch is every rank's every micro-batch
+    task = ds.make_task({"mode": "macco"})
+    ds.step(task, task, ds.make_batch(), slice(None))
+    for k, g in ds.grads(task).items():
         scale = g.abs().max().item() + 1e-12
         assert torch.allclose(got[2]["grads"][k], g, rtol=1e-4, atol=1e-5 * scale), k

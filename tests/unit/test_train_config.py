@@ -55,3 +55,19 @@ def test_one_name_per_setting_from_the_yaml_to_the_loss():
     mc = MaccoConfig.from_train(run)
     assert mc.predictor_heads == 4 and mc.loss_weights.image_reconstruction_loss == 7.5
     assert set(term_weights(LossWeights())) == {f.name for f in __import__("dataclasses").fields(LossWeights)}
+
+
+def test_accumulation_and_clipping_settings_are_checked():
+    """accum_steps must split batch_size into equal micro-batches; grad_clip_norm is a positive norm or none."""
+    import pytest
+
+    from data_schemas.config import ConfigError
+    from model.train_config import load_config
+
+    ok = load_config(None, ["batch_size=12", "accum_steps=4", "grad_clip_norm=1"])
+    assert (ok.accum_steps, ok.grad_clip_norm) == (4, 1.0) and load_config(None, []).grad_clip_norm is None
+    with pytest.raises(ConfigError, match=r"train config accum_steps: 5 does not divide batch_size 12"):
+        load_config(None, ["batch_size=12", "accum_steps=5"])
+    for bad in ("0", "-1.5", ".inf"):
+        with pytest.raises(ValueError, match=r"train config grad_clip_norm: .* must be (> 0|finite)"):
+            load_config(None, [f"grad_clip_norm={bad}"])
