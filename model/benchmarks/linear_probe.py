@@ -7,8 +7,8 @@ The rule (clip_benchmark ``clip_benchmark/metrics/linear_probe.py`` and ``cli.py
   [1 - p, p])`` (``cli.py`` line 358; ``VAL_PROPORTION`` here, seeded with ``SEED``);
 - the regularisation is chosen on the validation split by clip_benchmark's sweep (``linear_probe.py`` lines
   265-278): 7 log-spaced starting points of a 97-point grid, then the peak refined with steps 8, 4, 2, 1;
-- the final classifier is trained on train + validation (lines 279-281) and scored on test: top-1 (top-5 with
-  5 classes or more) and the mean per-class recall (``balanced_accuracy_score``, line 300).
+- the final classifier is trained on train + validation (lines 279-281) and scored on test: top-1 (top-5 with more than
+  5 classes) and the mean per-class recall (``balanced_accuracy_score``, line 300).
 Deviation: the classifier is scikit-learn's L-BFGS ``LogisticRegression`` with the regularisation as its ``C``,
 searched over the CLIP paper's range (Radford et al. 2021, appendix A.3: "between 10^-6 and 10^6"), instead of
 clip_benchmark's AdamW-trained linear layer with a weight-decay grid (which also needs CUDA, line 144).
@@ -105,7 +105,7 @@ def probe(X_tr: np.ndarray, y_tr: np.ndarray, X_va: np.ndarray, y_va: np.ndarray
            "mean_per_class_recall": float(balanced_accuracy_score(y_te, pred)),
            "n_train": int(len(y_tr)), "n_val": int(len(y_va)), "classes": int(n_classes),
            "C_tried": {f"{C_GRID[i]:.3g}": a for i, a in sorted(val_acc.items())}}
-    if n_classes >= 5:
+    if n_classes > 5:  # with 5 classes or fewer top-5 is 1.0 by construction
         out["top5"] = float(np.mean([y in row[:5] for y, row in zip(y_te, order)]))
     return out
 

@@ -5,8 +5,8 @@ The rule (clip_benchmark ``clip_benchmark/metrics/zeroshot_classification.py``, 
 - a class's weight is the mean of its prompts' L2-normalised text features, renormalised
   (``zero_shot_classifier``); the prompts are the dataset's templates with ``{c}`` the class name;
 - an image ranks the classes by the cosine of its normalised feature with each weight (``run_classification``);
-- reported (``evaluate``): top-1; top-5 only with 5 classes or more (its ``len(classes) >= 5``, else NaN; None
-  here, so a 5-class set reports a trivial 1.0 as clip_benchmark does); and ``mean_per_class_recall``, computed
+- reported (``evaluate``): top-1; top-5 only with more than 5 classes (None otherwise: with 5 classes top-5 is 1.0
+  by construction; clip_benchmark's ``len(classes) >= 5`` reports that 1.0); and ``mean_per_class_recall``, computed
   as clip_benchmark does, by scikit-learn's ``balanced_accuracy_score`` of the top-1 predictions: each class's
   recall, averaged over the classes, so a small class weighs as much as a large one.
 Ties in the ranking go to the lower class index (a stable sort; ``torch.topk`` leaves them unspecified).
@@ -182,12 +182,13 @@ def classifier(enc, names: list[str], templates: list[str]) -> np.ndarray:
 
 
 def metrics(logits: np.ndarray, labels: np.ndarray, n_classes: int) -> dict:
-    """top1, top5 (None under 5 classes), mean_per_class_recall of (images, classes) scores."""
+    """top1, top5 (None with 5 classes or fewer: it would be 1.0 by construction), mean_per_class_recall of
+    (images, classes) scores."""
     from sklearn.metrics import balanced_accuracy_score
 
     order = np.argsort(-logits, axis=1, kind="stable")
     pred = order[:, 0]
-    top5 = float(np.mean([y in row[:TOP_K] for y, row in zip(labels, order)])) if n_classes >= TOP_K else None
+    top5 = float(np.mean([y in row[:TOP_K] for y, row in zip(labels, order)])) if n_classes > TOP_K else None
     return {"n": int(len(labels)), "correct": int((pred == labels).sum()), "top1": float((pred == labels).mean()),
             "top5": top5, "mean_per_class_recall": float(balanced_accuracy_score(labels, pred))}
 
@@ -205,7 +206,7 @@ def evaluate(enc, root: str | Path, dataset: str | None = None, allow_missing: b
     r = metrics(logits, np.array(data.labels), len(names)) | {"classes": len(names), "templates": len(templates)}
     settings = {"dataset": name, "dataset_from": "zeroshot_dataset" if dataset else "the root folder's name",
                 "templates": used, "n_templates": len(templates),
-                "top5": f"reported with {TOP_K} classes or more (clip_benchmark), else None",
+                "top5": f"reported with more than {TOP_K} classes, else None (trivially 1.0)",
                 "class_names": "classnames.txt" if (root / "classnames.txt").exists() else "folder names",
                 **folder_settings(data)}
     if fallback:

@@ -12,6 +12,7 @@ import pytest
 
 from macco.cli import main
 from tests_support import one_line_error, run_flow_states, tiny_flow_config as config
+from unit.test_runner import counting_stage
 
 
 def test_a_stage_whose_listed_files_are_gone_or_resized_is_not_done(tmp_path):
@@ -114,20 +115,6 @@ def test_read_only_outputs_are_one_line_before_any_work(world, tmp_path, capsys,
         assert f"macco run: {ro / 'artifacts'}/world/" in r.stderr and f"cannot write here ({ro} is read-only" in r.stderr
 
 
-def _world_stand_in(calls: list):
-    """A stand-in for the world stage: writes one file into its folder, counts its runs."""
-    from flows.stage import Stage, roots
-
-    def run(call):
-        calls.append(call.out)
-        call.out.mkdir(parents=True, exist_ok=True)
-        (call.out / "f.txt").write_text("x")
-        return {"files": [str(call.out / "f.txt")], "outputs": {"source": {"kind": "folder", "dir": str(call.out),
-                                                                           "content_hash": "h"}}}
-
-    return Stage("world", "world", (), ("source",), roots("pipeline.world"), run)
-
-
 def test_a_link_at_a_lock_path_is_refused_and_its_target_left_alone(tmp_path):
     """#48: `ln -sf /tmp/victim artifacts/.locks/parse-KEY.lock`, then a run: the victim held `pid … since …`. A
     hard link and a FIFO at the lock path are refused as well (never written into, never waited on)."""
@@ -139,24 +126,24 @@ def test_a_link_at_a_lock_path_is_refused_and_its_target_left_alone(tmp_path):
     victim.write_text("precious")
     art, calls = tmp_path / "art", []
     runner = Runner(art, ["world"], log=lambda line: None)
-    first = runner.run(_world_stand_in(calls), {"seed": 0}, Catalog())  # finds the key and the lock's name
+    first = runner.run(counting_stage(calls), {"seed": 0}, Catalog())  # finds the key and the lock's name
     out = Path(first["dir"])
     lock = art / ".locks" / f"{out.parent.name}-{out.name}.lock"
     lock.unlink()
     lock.symlink_to(victim)
     with pytest.raises(InputFileError, match=rf"{lock}: the lock file is a symbolic link \(to {victim}\)"):
-        runner.run(_world_stand_in(calls), {"seed": 0}, Catalog())
+        runner.run(counting_stage(calls), {"seed": 0}, Catalog())
     assert victim.read_text() == "precious" and len(calls) == 1
     lock.unlink()
     dangling = tmp_path / "nothing-here"
     lock.symlink_to(dangling)
     with pytest.raises(InputFileError, match="is a symbolic link"):
-        runner.run(_world_stand_in(calls), {"seed": 0}, Catalog())
+        runner.run(counting_stage(calls), {"seed": 0}, Catalog())
     assert not dangling.exists()
     lock.unlink()
     lock.hardlink_to(victim)
     with pytest.raises(InputFileError, match=r"the lock file is a hard link \(2 names\)"):
-        runner.run(_world_stand_in(calls), {"seed": 0}, Catalog())
+        runner.run(counting_stage(calls), {"seed": 0}, Catalog())
     assert victim.read_text() == "precious"
     lock.unlink()
     import os
@@ -166,7 +153,7 @@ def test_a_link_at_a_lock_path_is_refused_and_its_target_left_alone(tmp_path):
         with output_lock(lock, out):
             pass
     lock.unlink()
-    runner.run(_world_stand_in(calls), {"seed": 0}, Catalog())  # a lock file the runner makes: as before
+    runner.run(counting_stage(calls), {"seed": 0}, Catalog())  # a lock file the runner makes: as before
     assert "pid " in lock.read_text() and victim.read_text() == "precious"
 
 
@@ -183,7 +170,7 @@ def test_a_stage_folder_that_is_a_link_is_refused_in_one_line_forced_or_not(tmp_
     real.mkdir()
     art = tmp_path / "art"
     art.symlink_to(real)  # the root a link: the user's choice, followed
-    m = Runner(art, ["world"], log=lambda line: None).run(_world_stand_in(calls), {"seed": 0}, Catalog())
+    m = Runner(art, ["world"], log=lambda line: None).run(counting_stage(calls), {"seed": 0}, Catalog())
     out = Path(m["dir"])
     assert (real / "world" / out.name / "f.txt").is_file()
     elsewhere = tmp_path / "elsewhere"
@@ -192,14 +179,14 @@ def test_a_stage_folder_that_is_a_link_is_refused_in_one_line_forced_or_not(tmp_
     out.symlink_to(elsewhere)
     for force in ([], ["world"]):
         with pytest.raises(InputFileError, match=rf"{out}: is a symbolic link \(to {elsewhere}\)"):
-            Runner(art, ["world"], force=force, log=lambda line: None).run(_world_stand_in(calls), {"seed": 0},
+            Runner(art, ["world"], force=force, log=lambda line: None).run(counting_stage(calls), {"seed": 0},
                                                                            Catalog())
     assert (elsewhere / "keep.txt").read_text() == "mine" and len(calls) == 1
     out.unlink()
     shutil.move(str(real / "world"), str(tmp_path / "world-elsewhere"))
     (real / "world").symlink_to(tmp_path / "world-elsewhere")  # a folder above the stage folder
     with pytest.raises(InputFileError, match=rf"{art / 'world'}: is a symbolic link"):
-        Runner(art, ["world"], force=["world"], log=lambda line: None).run(_world_stand_in(calls), {"seed": 0},
+        Runner(art, ["world"], force=["world"], log=lambda line: None).run(counting_stage(calls), {"seed": 0},
                                                                            Catalog())
     assert len(calls) == 1
 

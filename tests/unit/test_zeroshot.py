@@ -160,3 +160,17 @@ def test_zeroshot_with_an_open_clip_model(tmp_path):
     (tmp_path / "classnames.txt").write_text("only one\n")
     with pytest.raises(ValueError, match="1 names for 2 class folders"):
         zeroshot.evaluate(Encoder(model, pre, open_clip.get_tokenizer("macco-micro")), tmp_path)
+
+
+def test_top5_only_with_more_than_five_classes():
+    """With 5 classes every image's top 5 holds its class: 1.0 by construction (clip_benchmark reports it), not a
+    measurement, so it is None; with 6 it is measured."""
+    import numpy as np
+
+    from model.benchmarks.zeroshot import metrics
+
+    rng = np.random.default_rng(0)
+    five = metrics(rng.normal(size=(8, 5)), np.arange(8) % 5, 5)
+    assert five["top5"] is None and five["top1"] is not None
+    six = metrics(-np.eye(6)[np.arange(6)], np.arange(6), 6)  # the true class always ranked last
+    assert six["top5"] == 0.0
