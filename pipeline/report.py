@@ -6,8 +6,8 @@ import statistics
 from pathlib import Path
 
 from pipeline.report_figure import chance_segments, paired_marks, results_figure  # noqa: F401 (API)
-from pipeline.results import (CHANCE, GROUPS, _dropped_groups, _missing_images, _seed,  # noqa: F401 (API)
-                              check_results_shape, collect, load_results)
+from pipeline.results import (CHANCE, GROUPS, PARTIAL_MARK, _dropped_groups, _missing_images,  # noqa: F401 (API)
+                              _seed, check_results_shape, collect, load_results, partial_groups, partial_mismatches)
 
 
 def mcnemar(model: list[str], control: list[str]) -> dict:
@@ -62,10 +62,12 @@ def paired_tests(results: dict[str, list[dict]], control: str,
     """{model: {row label: mcnemar(model, control)}} for every model but ``control`` and the ``untested`` ones (the
     base, models evaluated without training: they have no seeds to pair), runs paired
     by seed (seeds only one side has are left out). Each model's rows are one family: ``p_holm`` is the case-level
-    sign test's p after Holm's correction over that model's groups (``p_case`` stays the raw p)."""
+    sign test's p after Holm's correction over that model's groups (``p_case`` stays the raw p). A group averaged
+    over other files than the control's (``partial_mismatches``: one partial, one complete) is not tested."""
     out: dict[str, dict[str, dict]] = {}
     if control not in results:
         return out
+    unlike = partial_mismatches(results, control)
     ctrl = {_seed(r, i): r for i, r in enumerate(results[control])}
     for label, runs in results.items():
         if label == control or label in untested:
@@ -77,7 +79,7 @@ def paired_tests(results: dict[str, list[dict]], control: str,
                  if bench in a["benchmarks"] and bench in b["benchmarks"]]
             k = [b["benchmarks"][bench].get("cases", {}).get(key) for a, b in pairs
                  if bench in a["benchmarks"] and bench in b["benchmarks"]]
-            if m and None not in m and None not in k:
+            if m and None not in m and None not in k and name not in unlike.get(label, {}):
                 rows[name] = mcnemar(m, k)
         for name, p in holm({name: r["p_case"] for name, r in rows.items()}).items():
             rows[name]["p_holm"] = p
@@ -116,19 +118,20 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
     tests = paired_tests(results, control, untested)
     names = [name for _, _, name in GROUPS if any(name in table[m] for m in table)]
     marks = paired_marks(table, tests, control, alpha)
-    lines = [f"# {title}", "", note, "", *_table_lines(table, names, marks),
-             *_legend(table, results, tests, control, alpha), *_test_lines(tests, control, alpha), *_notes(results),
-             *_probe_section(results)]
+    partial = partial_groups(results)
+    lines = [f"# {title}", "", note, "", *_table_lines(table, names, marks, partial),
+             *_legend(table, results, tests, control, alpha), *_partial_lines(partial, results, tests, control),
+             *_test_lines(tests, control, alpha), *_notes(results), *_probe_section(results)]
     md = out_dir / "results.md"
     md.write_text("\n".join(lines) + "\n")
     png = out_dir / "results.png"
-    results_figure(table, names, title, marks).savefig(png, dpi=120)
+    results_figure(table, names, title, marks, partial=set(partial)).savefig(png, dpi=120)
     (out_dir / "results.json").write_text(json.dumps(
         {"benchmarks": {m: {n: {"mean": v[0], "sd": v[1], "seeds": v[2], "n": v[3]} for n, v in rows.items()}
                         for m, rows in table.items()},
          "paired_tests": {"control": control, "alpha": alpha, "correction": "holm, per model over its groups",
                           "models": tests},
-         "cases": case_outcomes(results),
+         "cases": case_outcomes(results), "partial": partial,
          "probes": {m: {k: {"mean": v[0], "sd": v[1], "runs": v[2]} for k, v in
                         probe_summary([r["probes"] for r in runs if "probes" in r]).items()}
                     for m, runs in results.items()}}, indent=2))
@@ -150,8 +153,9 @@ def _seeds(table: dict) -> dict[str, int]:
     return {m: max((v[2] for v in table[m].values()), default=0) for m in table}
 
 
-def _table_lines(table: dict, names: list[str], marks: dict) -> list[str]:
-    """The model x group table: mean (± sd over seeds) and the paired test's mark per cell."""
+def _table_lines(table: dict, names: list[str], marks: dict, partial: dict | None = None) -> list[str]:
+    """The model x group table: mean (± sd over seeds) and the paired test's mark per cell; a group some model
+    averages over part of its files (``partial``) marked on its row (``_partial_lines`` names what it lacks)."""
     labels, seeds = list(table), _seeds(table)
     lines = ["| benchmark group | n | chance | " + " | ".join(f"{m} ({seeds[m]} seed{'s' if seeds[m] != 1 else ''})"
                                                           for m in labels) + " |",
@@ -166,7 +170,33 @@ def _table_lines(table: dict, names: list[str], marks: dict) -> list[str]:
             mean, sd, k, _ = table[m][name]
             mark = marks.get((m, name), "")
             cells.append(f"{100 * mean:.1f}" + (f" ± {100 * sd:.1f}" if k > 1 else "") + (f" {mark}" if mark else ""))
-        lines.append(f"| {name} | {n} | {100 * CHANCE[name]:.0f} | " + " | ".join(cells) + " |")
+        label = f"{name} {PARTIAL_MARK}" if name in (partial or {}) else name
+        lines.append(f"| {label} | {n} | {100 * CHANCE[name]:.0f} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _partial_lines(partial: dict, results: dict, tests: dict, control: str) -> list[str]:
+    """The legend of the partial mark: each marked group and the files it lacks (per model where they differ); and
+    the groups no paired test compares because a model's and the control's average different files."""
+    if not partial:
+        return []
+    parts = []
+    for name, models in partial.items():
+        lists = {tuple(v) for v in models.values()}
+        if len(lists) == 1 and len(models) == len(results):
+            parts.append(f"{name} lacks {', '.join(models[next(iter(models))])}")
+        else:
+            parts.append(f"{name}: " + "; ".join(f"{m} lacks {', '.join(v)}" for m, v in models.items()) +
+                         f"; {', '.join(m for m in results if m not in models) or 'no model'} complete")
+    lines = ["", f"{PARTIAL_MARK}: partial, the group averages only the files its benchmark root holds "
+             "(`allow_partial`), not the benchmark's full set: " + "; ".join(parts) + "."]
+    unlike = {m: rows for m, rows in partial_mismatches(results, control).items() if m in tests}
+    if unlike:
+        lines += ["", f"Not compared with {control} (no paired test, no mark): " + "; ".join(
+            f"{name} ({m} {'lacks ' + ', '.join(v) if v else 'complete'}, {control} "
+            f"{'lacks ' + ', '.join(partial[name][control]) if control in partial[name] else 'complete'})"
+            for m, rows in unlike.items() for name, v in rows.items()) +
+            ": a partial group is not compared with a complete one, nor with one missing other files."]
     return lines
 
 

@@ -2,7 +2,7 @@
 paired test's marks."""
 from __future__ import annotations
 
-from pipeline.results import CHANCE
+from pipeline.results import CHANCE, PARTIAL_MARK
 
 
 def chance_segments(names: list[str], half: float = 0.45) -> list[tuple[float, float, float]]:
@@ -27,10 +27,11 @@ def paired_marks(table: dict, tests: dict, control: str, alpha: float) -> dict[t
     return marks
 
 
-def results_figure(table: dict, names: list[str], title: str, marks: dict | None = None):
+def results_figure(table: dict, names: list[str], title: str, marks: dict | None = None,
+                   partial: set[str] | frozenset = frozenset()):
     """Grouped bars of ``collect``'s table (error bars: sd over seeds where a model has several), each group's
     n under its name and its own chance line; ▲/▼ above a bar: the paired test against the control
-    (``paired_marks``)."""
+    (``paired_marks``); † after a group's name: ``partial`` (averaged over part of its files)."""
     from matplotlib.figure import Figure  # not through pyplot: no GUI backend, nothing to close
 
     labels = list(table)
@@ -49,7 +50,8 @@ def results_figure(table: dict, names: list[str], title: str, marks: dict | None
                         color="tab:green" if mark == "▲" else "tab:red")
     ax.set_xticks(range(len(names)))
     ns = [next(table[m][n][3] for m in labels if n in table[m]) for n in names]
-    ax.set_xticklabels([f"{n}\n(n={k})" for n, k in zip(names, ns)], rotation=30, ha="right", fontsize=8)
+    ax.set_xticklabels([f"{n}{' ' + PARTIAL_MARK if n in partial else ''}\n(n={k})" for n, k in zip(names, ns)],
+                       rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)
     segs = chance_segments(names)
@@ -58,7 +60,10 @@ def results_figure(table: dict, names: list[str], title: str, marks: dict | None
         ax.hlines(ys, x0, x1, color="black", lw=1.0, ls="--", label="chance")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
-    if marks:
-        fig.text(0.01, 0.01, "▲/▼: better/worse than the control in the paired case-level test", fontsize=7)
+    notes = (["▲/▼: better/worse than the control in the paired case-level test"] if marks else []) + \
+        ([f"{PARTIAL_MARK}: partial, averaged over part of the group's files (results.md names them)"]
+         if partial & set(names) else [])
+    if notes:
+        fig.text(0.01, 0.01, "; ".join(notes), fontsize=7)
     fig.tight_layout()
     return fig

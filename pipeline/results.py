@@ -121,6 +121,36 @@ def _dropped_groups(results: dict[str, list[dict]]) -> dict[str, list[str]]:
     return out
 
 
+PARTIAL_MARK = "†"  # a group averaged over part of its files (``allow_partial``): results.md, results.png
+
+
+def partial_groups(results: dict[str, list[dict]]) -> dict[str, dict[str, list[str]]]:
+    """{report row: {model: the files its group lacks}} for the groups an evaluation marks partial (the benchmark's
+    ``missing_files``: averaged over the files present only); a model's seeds pooled."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for bench, key, name in GROUPS:
+        for label, runs in results.items():
+            lacks = sorted({f for r in runs for f in r["benchmarks"].get(bench, {}).get("missing_files", {})
+                            .get(key, [])})
+            if lacks:
+                out.setdefault(name, {})[label] = lacks
+    return out
+
+
+def partial_mismatches(results: dict[str, list[dict]], control: str) -> dict[str, dict[str, list[str]]]:
+    """{model: {report row: what it lacks beside the control}} where a model's group and the control's average
+    different sets of files (one partial, the other complete, or partial differently): no paired test compares
+    them (their cases are not the same), and the report says so."""
+    partial = partial_groups(results)
+    out: dict[str, dict[str, list[str]]] = {}
+    for name, models in partial.items():
+        ref = models.get(control, [])
+        for label in results:
+            if label != control and models.get(label, []) != ref:
+                out.setdefault(label, {})[name] = models.get(label, [])
+    return out
+
+
 def load_results(specs: list[str]) -> dict[str, list[dict]]:
     """``LABEL=PATH`` specs -> {label: [evaluation json per seed]} for ``write_report``. PATH is a results.json
     (``macco eval --out``, the evaluate stage) or the evaluate stage directory holding one; a label given more

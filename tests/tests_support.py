@@ -432,7 +432,7 @@ def clean_rows():
         ],
         "errors": [dict(stage="captions", item_id="9", reason="empty_caption", message="empty")],
         "eval_results": [dict(eval_id="e1", run="macco-s0", benchmark="sugarcrepe", level="subset", subset="swap_att",
-                              model_id="m", n=10, correct=7, accuracy=0.7, ties=0, missing_images=0,
+                              model_id="m", n=10, correct=7, metric="accuracy", accuracy=0.7, ties=0, missing_images=0,
                               checkpoint_sha256="abc", config="{}", config_key="k", protocol="authors",
                               activation="gelu", code_version="c", trigger="macco eval",
                               created=datetime(2026, 1, 1, tzinfo=timezone.utc))],

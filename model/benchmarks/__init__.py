@@ -280,7 +280,9 @@ def evaluate(cfg: EvalConfig, names: list[str], out_json: str | Path | None = No
 def result_rows(out: dict, cfg: EvalConfig, trigger: str = "macco eval") -> list[dict]:
     """The ``eval_results`` rows of one evaluation (``evaluate``'s result): one per benchmark subset and one per
     report group (its average, the report's number; ``n`` the cases it pools where the per-case strings say), all
-    with the evaluation's ``eval_id``, ``run`` label, ``created`` time and ``trigger``."""
+    with the evaluation's ``eval_id``, ``run`` label, ``created`` time and ``trigger``. A group's number goes in
+    ``accuracy`` or, when its name says it is something else (a count, a setting, a correlation: ``metric_of``), in
+    ``value``; a group averaged over part of its files is ``partial``, with the files it lacks in ``missing``."""
     from data_schemas.eval_results import parse_created
 
     conf = json.dumps(asdict(cfg), sort_keys=True, default=str)
@@ -295,16 +297,32 @@ def result_rows(out: dict, cfg: EvalConfig, trigger: str = "macco eval") -> list
             n = v.get("n", 0)
             acc = v.get("accuracy", v.get("top1", v.get("group")))
             rows.append({**common, "benchmark": b, "level": "subset", "subset": s, "n": n,
-                         "correct": v.get("correct", round((acc or 0) * n)), "accuracy": acc,
-                         "ties": v.get("ties", 0), "missing_images": v.get("missing_images", 0)})
-        for g, acc in r.get("groups", {}).items():
-            if isinstance(acc, bool) or not isinstance(acc, (int, float)):
-                continue  # counts and flags beside the averages (e.g. VG-A's groups_kept)
-            cases = r.get("cases", {}).get(g)
-            n = len(cases) - cases.count("x") if cases is not None else 0
-            rows.append({**common, "benchmark": b, "level": "group", "subset": g, "n": n,
-                         "correct": round(acc * n) if n else 0, "accuracy": float(acc), "ties": 0,
-                         "missing_images": cases.count("x") if cases is not None else 0})
+                         "correct": v.get("correct", round((acc or 0) * n)), "metric": "accuracy", "accuracy": acc,
+                         "value": None, "partial": False, "missing": [], "ties": v.get("ties", 0),
+                         "missing_images": v.get("missing_images", 0)})
+        rows += [{**common, **row} for row in _group_rows(b, r)]
+    return rows
+
+
+def _group_rows(bench: str, r: dict) -> list[dict]:
+    """The group rows of one benchmark's entry: each group's number under its metric, its completeness."""
+    from data_schemas.eval_results import metric_of
+
+    rows = []
+    for g, num in r.get("groups", {}).items():
+        if isinstance(num, bool) or not isinstance(num, (int, float)):
+            continue  # flags, names and nested details beside the averages (ARO's exclusion_list, VL's leaves)
+        metric = metric_of("group", g)
+        if metric == "accuracy" and not 0 <= num <= 1:
+            raise ValueError(f"benchmarks.{bench}.groups.{g}: {num!r} is not an accuracy in [0, 1] and its name is "
+                             "not a known count or measure (data_schemas.eval_results.NOT_ACCURACY)")
+        cases = r.get("cases", {}).get(g) if metric == "accuracy" else None
+        n = len(cases) - cases.count("x") if cases is not None else 0
+        missing = sorted(r.get("missing_files", {}).get(g, []))
+        rows.append({"benchmark": bench, "level": "group", "subset": g, "n": n, "metric": metric,
+                     "correct": round(num * n) if n else 0, "accuracy": float(num) if metric == "accuracy" else None,
+                     "value": None if metric == "accuracy" else float(num), "partial": bool(missing),
+                     "missing": missing, "ties": 0, "missing_images": cases.count("x") if cases is not None else 0})
     return rows
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import io
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,25 @@ def test_forced_reevaluation_adds_dated_sets_and_never_replaces_the_history(harn
                                 f"(select {f}(created) from eval_results e where e.run = eval_results.run) "
                                 f"order by run, benchmark, subset", art) for f in ("min", "max"))
     assert first == last and first
+
+
+def test_the_first_hours_tables_and_two_evaluations_in_one_history_validate(tmp_path, monkeypatch, capsys):
+    """#47: `macco validate` exited 1 after every evaluation (the history stored ARO's counts, e.g. relations_kept 5,
+    as accuracies). The README's first hour, as written, up to its evaluation, a second evaluation appended to the
+    same history, then `validate` over everything: exit 0, no accuracy outside [0, 1], the partial groups marked."""
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", text[text.index("## A first hour"):], flags=re.S).group(1)
+    verbs = ("world --out", "captions", "parse", "ground", "masks", "train", "eval")
+    lines = [shlex.split(ln)[1:] for ln in block.splitlines() if ln.startswith(tuple(f"macco {v}" for v in verbs))]
+    assert [a[0] for a in lines] == ["world", "captions", "parse", "ground", "masks", "train", "eval"]
+    (tmp_path / "configs").symlink_to(REPO / "configs")
+    monkeypatch.chdir(tmp_path)
+    for args in lines + [lines[-1][:-1] + ["second-try"]]:  # the eval line again, another run label
+        assert main(args) == 0, (args, capsys.readouterr().err[-2000:])
+    capsys.readouterr()
+    assert main(["validate", "tiny"]) == 0, capsys.readouterr().out[-3000:]
+    assert sql(capsys, "select * from eval_results where accuracy > 1 or accuracy < 0", tmp_path / "tiny") == []
+    runs = sql(capsys, "select run, count(*) filter (where metric = 'count') counts, count(*) filter (where partial) "
+                       "partial from eval_results group by run order by run", tmp_path / "tiny")
+    assert [r["run"] for r in runs] == ["first-try", "second-try"] and runs[0] == {**runs[1], "run": "first-try"}
+    assert int(runs[0]["counts"]) > 0 and int(runs[0]["partial"]) > 0  # the synthetic world: VALSE is partial

@@ -41,7 +41,8 @@ def eval_rows(model_id: str) -> list[dict]:
     from datetime import datetime, timezone
 
     return [dict(eval_id="e0", run=model_id, benchmark="sugarcrepe", level="subset", subset="swap_att",
-                 model_id=model_id, n=10, correct=7, accuracy=0.7, ties=0, missing_images=0, checkpoint_sha256="abc",
+                 model_id=model_id, n=10, correct=7, metric="accuracy", accuracy=0.7, ties=0, missing_images=0,
+                 checkpoint_sha256="abc",
                  config="{}", config_key="k", protocol="authors", activation="gelu", code_version="c",
                  created=datetime(2026, 1, 1, tzinfo=timezone.utc), trigger="macco eval")]
 

@@ -41,6 +41,11 @@ VIOLATIONS = {
     "eval_results.accuracy_in_unit_interval": lambda d: d["eval_results"][0].update(accuracy=1.2),
     "eval_results.counts_consistent": lambda d: d["eval_results"][0].update(correct=11),
     "eval_results.level_valid": lambda d: d["eval_results"][0].update(level="average"),
+    "eval_results.metric_valid": lambda d: d["eval_results"][0].update(metric="score"),
+    "eval_results.one_number_column": lambda d: d["eval_results"][0].update(value=5.0),
+    "eval_results.value_in_range": lambda d: d["eval_results"][0].update(metric="correlation", accuracy=None,
+                                                                         value=1.5),
+    "eval_results.partial_names_missing": lambda d: d["eval_results"][0].update(partial=True, missing=[]),
 }
 
 

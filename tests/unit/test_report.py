@@ -79,3 +79,53 @@ def test_the_captions_image_free_level_is_reported_as_a_baseline_not_a_bound(tmp
     assert "| recon: direction words, captions' baseline % |  | 39.3 |" in probes
     assert "image-free %" not in probes and "only accuracy above" not in probes
     assert "a baseline, not a bound" in probes
+
+
+def _partial(run: dict, bench: str, key: str, lacks: list[str]) -> dict:
+    """``run`` with ``bench``'s group ``key`` averaged over part of its files, as ``macco eval --allow-partial``
+    marks it."""
+    b = run["benchmarks"][bench]
+    b["partial"] = True
+    b.setdefault("missing_files", {})[key] = lacks
+    return run
+
+
+def test_a_partial_group_is_marked_on_its_row_and_the_legend_names_what_it_lacks(tmp_path):
+    """eval.json marked VALSE partial; results.md showed "VALSE avg" like any complete average."""
+    rows = {"VALSE avg": "1100" * 10, "SugarCrepe object": "10" * 20}
+    runs = {m: [_partial(_run(f"{m}-s0", rows), "valse", "avg", ["plurals", "foil-it"])]
+            for m in ("clip-ft", "macco")}
+    write_report(runs, tmp_path, "t")
+    md = (tmp_path / "results.md").read_text()
+    table = {ln.split(" | ")[0][2:]: ln for ln in md.split("###")[0].splitlines() if ln.startswith("| ")}
+    assert "VALSE avg †" in table and "SugarCrepe object" in table
+    assert "†: partial" in md and "VALSE avg lacks foil-it, plurals" in md
+    assert "Not compared" not in md  # both models lack the same files: their cases are the same, tested
+    assert "VALSE avg" in json.loads((tmp_path / "results.json").read_text())["paired_tests"]["models"]["macco"]
+
+
+def test_a_partial_group_is_not_compared_with_a_complete_one_and_the_report_says_so(tmp_path):
+    """A model scored on 3 of VALSE's pieces against a control scored on all: the paired test compared them as
+    if they were the same cases, and marked the difference."""
+    rows = {"VALSE avg": "1" * 40, "SugarCrepe object": "10" * 20}
+    control = _run("clip-ft-s0", {"VALSE avg": "0" * 40, "SugarCrepe object": "10" * 20})
+    runs = {"clip-ft": [control], "macco": [_partial(_run("macco-s0", rows), "valse", "avg", ["plurals"])]}
+    write_report(runs, tmp_path, "t")
+    md = (tmp_path / "results.md").read_text()
+    tests = json.loads((tmp_path / "results.json").read_text())["paired_tests"]["models"]["macco"]
+    assert "VALSE avg" not in tests and "SugarCrepe object" in tests
+    assert "Not compared with clip-ft (no paired test, no mark): VALSE avg (macco lacks plurals, clip-ft complete)" \
+        in md
+    assert "VALSE avg: macco lacks plurals; clip-ft complete" in md
+    [row] = [ln for ln in md.splitlines() if ln.startswith("| VALSE avg")]
+    assert row == "| VALSE avg † | 40 | 50 | 0.0 | 100.0 |"  # 40 / 0 cases, unmarked: not the same cases
+
+
+def test_the_figure_marks_a_partial_group_in_its_label():
+    from pipeline.report import collect, results_figure
+
+    run = _partial(_run("m-s0", {"VALSE avg": "10" * 5, "SugarCrepe object": "10" * 5}), "valse", "avg", ["x"])
+    fig = results_figure(collect({"m": [run]}), ["SugarCrepe object", "VALSE avg"], "t", partial={"VALSE avg"})
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert labels == ["SugarCrepe object\n(n=10)", "VALSE avg †\n(n=10)"]
+    assert any("†: partial" in t.get_text() for t in fig.texts)
