@@ -17,6 +17,9 @@ class CheckParams:
     eot_token_id: int = 49407  # CLIP BPE's end-of-text id (the token_masks check of the EOT position)
     min_text_mask_coverage: float = 0.5  # share of captions with a relation or attribute token mask
     min_grounded_coverage: float = 0.5  # share of attribute/relation phrases with a box
+    # a table of 0 rows fails its ``<table>.not_empty`` check (a source that read nothing passed every check, then
+    # training failed on it); true accepts empty tables (``errors`` is never checked: empty is its good state)
+    allow_empty_tables: bool = False
 
     def __post_init__(self):
         from .config import check_ranges
@@ -170,10 +173,24 @@ def read_failure(exc: Exception, tables: dict[str, str | Path | list]) -> bool:
     return any(str(f) in str(exc) for f in table_paths(tables))
 
 
+MAY_BE_EMPTY = ("errors",)  # no row is the good state of an errors table
+
+
+def not_empty(con, name: str, tables: dict, allow: bool) -> CheckResult:
+    """The ``<table>.not_empty`` check: a table of 0 rows fails (every other check passes vacuously on it)."""
+    rows = con.execute(f"select count(*) from {name}").fetchone()[0]
+    where = ", ".join(str(d) for d in _dirs(tables[name]))
+    if rows or allow:
+        return CheckResult(f"{name}.not_empty", name, 0, "pass", [], f"{rows} rows")
+    return CheckResult(f"{name}.not_empty", name, 0, "fail",
+                       [f"{where} holds 0 rows (validate.params allow_empty_tables: true accepts empty tables)"])
+
+
 def run_checks(tables: dict[str, str | Path | list], params: CheckParams | dict | None = None,
                only: list[str] | None = None) -> list[CheckResult]:
-    """Run the checks of every table in ``tables`` ({name: dir(s)}); checks needing absent tables are skipped.
-    A part DuckDB cannot read is a ``TableError`` naming the table and, where a deep check finds it, the part."""
+    """Run the checks of every table in ``tables`` ({name: dir(s)}); checks needing absent tables are skipped; a
+    table of 0 rows fails ``<table>.not_empty`` unless ``allow_empty_tables``. A part DuckDB cannot read is a
+    ``TableError`` naming the table and, where a deep check finds it, the part."""
     import duckdb
 
     params = asdict(check_params(params))
@@ -183,6 +200,8 @@ def run_checks(tables: dict[str, str | Path | list], params: CheckParams | dict 
     results: list[CheckResult] = []
     for name in tables:
         spec = TABLES[name]
+        if name not in MAY_BE_EMPTY and (not only or f"{name}.not_empty" in only):
+            results.append(not_empty(con, name, tables, params["allow_empty_tables"]))
         for chk in spec.checks:
             if only and chk.name not in only:
                 continue

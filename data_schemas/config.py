@@ -72,43 +72,78 @@ class _UniqueKeyLoader:
                         seen[key] = line
                     return super().construct_mapping(node, deep)
 
+                def compose_node(self, parent, index):
+                    # the composer recurses per level: [[[...]]] 400 deep was a RecursionError traceback
+                    self.depth = getattr(self, "depth", 0) + 1
+                    try:
+                        if self.depth > MAX_CONFIG_DEPTH:
+                            line = self.peek_event().start_mark.line + 1
+                            raise ConfigError(f"{self.name}: line {line}: nested deeper than {MAX_CONFIG_DEPTH} "
+                                              "levels of mappings and lists; a config is far shallower: refused")
+                        return super().compose_node(parent, index)
+                    finally:
+                        self.depth -= 1
+
             cls.cls = Loader
         return cls.cls
 
 
 MAX_CONFIG_VALUES = 100_000  # a config's values once its YAML aliases are expanded (a "billion laughs" is refused)
+# the UTF-8 bytes of its scalars once expanded: one 200 KB string repeated by 50,000 aliases is 50,001 values but
+# 10 GB of text (the flow's keys serialise it); a config file is kilobytes
+MAX_CONFIG_BYTES = 16 * 2**20
+MAX_CONFIG_DEPTH = 64  # nesting of mappings and lists, aliases expanded (a deeper one exhausted Python's recursion)
 
 
-def _expanded_size(node) -> int:
-    """How many values the YAML node graph holds once every alias is expanded, counted without expanding it (an
-    alias is a second reference to a node: the count of a node is memoised); capped just past the limit."""
+def _expanded_size(node, name: str) -> tuple[int, int]:
+    """(values, scalar bytes) of the YAML node graph once every alias is expanded, counted without expanding it (an
+    alias is a second reference to a node: each node is counted once, memoised), each capped just past its limit;
+    nesting past ``MAX_CONFIG_DEPTH`` once expanded (an alias referring to a node it is inside, too) is a
+    ``ConfigError`` (the recursion here never goes deeper than that)."""
     import yaml
 
-    memo: dict[int, int] = {}
+    memo: dict[int, tuple[int, int, int]] = {}  # id -> (values, bytes, height)
 
-    def count(n) -> int:
+    def count(n, depth: int) -> tuple[int, int, int]:
         if id(n) in memo:
-            return memo[id(n)]
-        total = 1
-        if isinstance(n, yaml.SequenceNode):
-            total += sum(count(c) for c in n.value)
-        elif isinstance(n, yaml.MappingNode):
-            total += sum(count(k) + count(v) for k, v in n.value)
-        memo[id(n)] = total = min(total, MAX_CONFIG_VALUES + 1)
-        return total
+            values, size, height = memo[id(n)]
+        else:
+            if depth > MAX_CONFIG_DEPTH:
+                raise ConfigError(f"{name}: line {n.start_mark.line + 1}: nested deeper than {MAX_CONFIG_DEPTH} "
+                                  "levels once its aliases are expanded (or an alias inside the node it names): "
+                                  "refused")
+            values, size, height = 1, 0, 1
+            if isinstance(n, yaml.ScalarNode):
+                size = len(n.value.encode("utf-8", "surrogatepass"))
+            else:
+                children = [c for kv in n.value for c in kv] if isinstance(n, yaml.MappingNode) else n.value
+                for c in children:
+                    cv, cs, ch = count(c, depth + 1)
+                    values, size, height = values + cv, size + cs, max(height, ch + 1)
+            memo[id(n)] = values, size, height = \
+                min(values, MAX_CONFIG_VALUES + 1), min(size, MAX_CONFIG_BYTES + 1), height
+        if depth + height - 1 > MAX_CONFIG_DEPTH:
+            raise ConfigError(f"{name}: line {n.start_mark.line + 1}: nested deeper than {MAX_CONFIG_DEPTH} levels "
+                              "once its aliases are expanded: refused")
+        return values, size, height
 
-    return count(node)
+    values, size, _ = count(node, 1)
+    return values, size
 
 
 def load_yaml(path) -> Any:
     """A YAML config file: ``ConfigError`` (naming file and line) for malformed YAML and for a key written twice in
     one mapping (a section given twice would otherwise silently replace the first); a missing file is
-    ``FileNotFoundError``; the expanded size is bounded (``MAX_CONFIG_VALUES``)."""
+    ``FileNotFoundError``; the file, its expanded size (``MAX_CONFIG_VALUES`` values, ``MAX_CONFIG_BYTES``) and its
+    nesting (``MAX_CONFIG_DEPTH``) are bounded, before any stage reads it."""
     from pathlib import Path
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: config file not found")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: {path.stat().st_size:,} bytes, over the {MAX_CONFIG_BYTES:,} a config may hold: "
+                          "refused")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -127,10 +162,13 @@ def parse_yaml(text: str, name: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        size = _expanded_size(node)
-        if size > MAX_CONFIG_VALUES:
+        values, size = _expanded_size(node, path)
+        if values > MAX_CONFIG_VALUES:
             raise ConfigError(f"{path}: the YAML expands to more than {MAX_CONFIG_VALUES:,} values (aliases "
                               "repeating aliases); a config holds far fewer: refused")
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: the YAML expands to more than {MAX_CONFIG_BYTES:,} bytes of text (aliases "
+                              "repeating a long value); a config holds far less: refused")
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from exc

@@ -31,6 +31,8 @@ def add_parsers(sub) -> None:
     fmt.add_argument("--csv", action="store_true", help="every row as CSV on stdout")
     fmt.add_argument("--json", action="store_true", help="every row as a JSON list of records on stdout")
     sq.add_argument("--limit", type=int, default=50, help="rows the table shows (default 50; 0: all)")
+    sq.add_argument("--timeout", type=float, default=60.0, help="seconds a query may run before it is stopped "
+                    "(default 60; 0: no limit)")
     sq.set_defaults(fn=cmd_sql)
 
     ag = sub.add_parser("agreement", help="our masked words and boxes vs MACCO's released file, on its captions",
@@ -139,7 +141,7 @@ def cmd_sql(args) -> int:
         return 2
     limit = None if args.csv or args.json or args.limit <= 0 else args.limit
     try:
-        cols, rows, total = query(tables, args.query, limit)
+        cols, rows, total = query(tables, args.query, limit, timeout=args.timeout)
     except QueryRefused as exc:
         print(f"macco sql: {exc}", file=sys.stderr)
         return 2

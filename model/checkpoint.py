@@ -1,8 +1,10 @@
 """A training run's checkpoints: resumable ``step-*.pt`` files (task, optimiser, schedule, scaler, step, RNG
-states, the run's settings), written atomically; which one a run continues from, and the refusal to mix two runs in
-one ``out_dir`` (``checkpoint_to_resume``)."""
+states, the run's settings, the content hashes of the tables it trains on), written atomically; which one a run
+continues from, and the refusal to mix two runs in one ``out_dir`` (``checkpoint_to_resume``): other settings or
+other data."""
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import asdict
 from pathlib import Path
@@ -15,6 +17,8 @@ from data_schemas.config import ConfigError
 if TYPE_CHECKING:
     from .train_config import TrainConfig
     from .train_state import TrainState
+
+log = logging.getLogger(__name__)
 
 
 def _atomic_save(obj, path: Path) -> None:
@@ -41,6 +45,38 @@ RESUME_FREE = ("tables", "image_root", "out_dir", "pretrained", "init_task", "re
 RUN_FILES = ("checkpoints", "export", "export.pt", "metrics.csv", "summary.json", "config.json", "logs")
 
 
+def table_hashes(tables: dict) -> dict[str, str | None]:
+    """{table name: its manifest's content hash} of the tables a run reads (``TrainConfig.tables``): what the run
+    trained on, whatever folder holds it (a table moved keeps its hash; a table rewritten with other rows does not)."""
+    from data_schemas import TableError, read_manifest
+
+    out: dict[str, str | None] = {}
+    for name, path in sorted(tables.items()):
+        try:
+            out[name] = read_manifest(path, name).get("content_hash")
+        except TableError:  # check_tables names a missing table before any run; here it is just not the same data
+            out[name] = None
+    return out
+
+
+def _other_data(path: Path, ck: dict, cfg: TrainConfig) -> str | None:
+    """Why the run's tables are not the data the checkpoint trained on (one line), or None. A checkpoint written
+    before the record existed (no ``tables``) is accepted with a warning: its data cannot be verified."""
+    then = ck.get("tables")
+    if then is None:
+        log.warning("%s: this checkpoint does not record the tables it trained on (written before that record): "
+                    "resuming it on the tables given, unverified", path)
+        return None
+    now = table_hashes(cfg.tables)
+    diff = [k for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
+    if not diff:
+        return None
+    short = lambda h: "none" if h is None else str(h)[:12]  # noqa: E731
+    shown = ", ".join(f"{k} {short(then.get(k))} -> {short(now.get(k))}" for k in diff[:4])
+    return (f"{path}: this checkpoint was trained on other data (content hash {shown}); resuming would mix two runs "
+            f"in {cfg.out_dir}: give the same tables, another out_dir, or resume: fresh to replace that run")
+
+
 def _same(a, b) -> bool:
     plain = lambda v: list(v) if isinstance(v, tuple) else v  # noqa: E731 (a checkpoint stores tuples as lists)
     return plain(a) == plain(b)
@@ -50,7 +86,8 @@ def checkpoint_to_resume(cfg: TrainConfig) -> tuple[Path | None, dict | None]:
     """(the checkpoint a run continues from and its contents, or None) as ``cfg.resume`` asks: ``auto`` the latest in
     ``out_dir`` (none: a new run), a path that checkpoint, ``fresh`` none (the folder's earlier run files removed),
     None none — refused when ``out_dir`` holds another run's checkpoints. A checkpoint trained with other settings
-    (any field but ``RESUME_FREE``) is refused in one line naming the differences."""
+    (any field but ``RESUME_FREE``) or on other data (the tables' content hashes, ``table_hashes``; their folders may
+    move) is refused in one line naming the differences."""
     import shutil
 
     out = Path(cfg.out_dir)
@@ -84,16 +121,20 @@ def checkpoint_to_resume(cfg: TrainConfig) -> tuple[Path | None, dict | None]:
         shown = ", ".join(f"{k} {then.get(k)!r} -> {now[k]!r}" for k in diff[:4]) + (" ..." if len(diff) > 4 else "")
         raise ResumeRefused(f"{path}: this checkpoint was trained with other settings ({shown}); resuming would mix "
                             f"two runs in {out}: give another out_dir, or resume: fresh to replace that run")
+    other = _other_data(path, ck, cfg)
+    if other:
+        raise ResumeRefused(other)
     return path, ck
 
 
 def save(state: TrainState, step: int) -> Path:
-    """A resumable checkpoint: task, optimiser, schedule, scaler, step and the RNG states."""
+    """A resumable checkpoint: task, optimiser, schedule, scaler, step, the RNG states and the content hashes of the
+    tables trained on (``table_hashes``: a resume on other data is refused)."""
     path = state.out_dir / "checkpoints" / f"step-{step:07d}.pt"
     _atomic_save({"task": state.task.state_dict(), "optimizer": state.opt.state_dict(),
                   "scheduler": state.sched.state_dict(), "scaler": state.scaler.state_dict(), "step": step,
-                  "config": asdict(state.cfg), "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}},
-                 path)
+                  "config": asdict(state.cfg), "tables": table_hashes(state.cfg.tables),
+                  "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}}, path)
     return path
 
 

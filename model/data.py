@@ -162,6 +162,23 @@ def rrc_params(width: int, height: int, scale, ratio, rng: random.Random) -> tup
     return (height - h) // 2, (width - w) // 2, h, w
 
 
+def to_rgb(img: Image.Image) -> Image.Image:
+    """``img`` as 8-bit RGB. A 16-bit grayscale PNG opens as ``I;16`` (or ``I``) and Pillow's ``convert("RGB")``
+    clips each 0-65535 value at 255: the image trained as pure white. Those modes are scaled by 1/257 (65535 -> 255);
+    an ``I`` image outside 0-65535 (a 32-bit TIFF) is stretched from its minimum to its maximum."""
+    if img.mode not in ("I", "I;16", "I;16L", "I;16B", "I;16N"):
+        return img.convert("RGB")
+    import numpy as np
+
+    a = np.asarray(img).astype(np.float64)
+    low, high = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+    if img.mode == "I" and (low < 0 or high > 65535):
+        a = (a - low) * (255 / (high - low)) if high > low else np.zeros_like(a)
+    else:
+        a = a / 257
+    return Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8)).convert("RGB")  # mode L
+
+
 def _key_seed(*parts) -> int:
     return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little")
 
@@ -210,7 +227,7 @@ class MaccoDataset(Dataset):
         path = Path(self.cfg.image_root) / s.file_name
         try:
             with Image.open(path) as im:
-                img = ImageOps.exif_transpose(im).convert("RGB")  # as displayed: the frame of the boxes
+                img = to_rgb(ImageOps.exif_transpose(im))  # as displayed: the frame of the boxes
         except (OSError, ValueError, Image.DecompressionBombError) as exc:  # too large: Pillow refuses it too
             log.warning("skipping unreadable image %s (caption %s): %s", path, s.caption_id, exc)
             return {"skipped": (s.caption_id, str(path), f"{type(exc).__name__}: {exc}")}

@@ -110,6 +110,21 @@ def check_tables(cfg: TrainConfig) -> None:
         raise ConfigError(f"train config tables: not a complete table: {', '.join(gone)}")
 
 
+def check_pairs(cfg: TrainConfig, counts: dict, world: int) -> None:
+    """A step needs a full batch on every rank: no training pair (an empty captions table, no caption of the split)
+    or fewer pairs per epoch than one batch is one line naming the numbers, before any model is built."""
+    pairs, need = counts["pairs_per_epoch"], cfg.batch_size * world
+    what = "images (captions_per_image 1)" if cfg.captions_per_image == "1" else "caption-image pairs"
+    if pairs == 0:
+        raise ConfigError(f"train: no training data: the captions table {cfg.tables['captions']} holds "
+                          f"{counts['captions']} caption(s) of split {cfg.split!r} ({counts['no_token_mask']} of them "
+                          "without a token_masks row): check the source and the split")
+    if pairs < need:
+        raise ConfigError(f"train: {pairs} training {what} per epoch are fewer than batch_size {cfg.batch_size}"
+                          f"{f' x {world} ranks' if world > 1 else ''}: lower batch_size to at most "
+                          f"{pairs // world} or train on more data")
+
+
 def scenes_path(cfg: TrainConfig) -> Path:
     return Path(cfg.scenes) if cfg.scenes else Path(cfg.image_root) / f"scenes_{cfg.split}.json"
 
@@ -184,22 +199,19 @@ def setup(cfg: TrainConfig) -> TrainState:
         from .lm import lm_vocabulary
 
         vocab = lm_vocabulary(cfg.tables["token_masks"], cfg.tables["captions"], cfg.split)
+    samples, counts = build_samples({k: Path(v) for k, v in cfg.tables.items()}, cfg.split,
+                                    hard_negatives=cfg.hardneg, seed=cfg.seed)
+    groups = image_groups(samples) if cfg.captions_per_image == "1" else None
+    counts["pairs_per_epoch"] = len(groups) if groups is not None else len(samples)
+    check_pairs(cfg, counts, world)  # before the model is built and before resume: fresh removes a run
     ck, ck_state = checkpoint_to_resume(cfg)
     task = build_task(cfg, vocab, weights_later=ck is not None).to(device)
     task.rank, task.world_size = rank, world
     check_accumulation(task, cfg)
-    samples, counts = build_samples({k: Path(v) for k, v in cfg.tables.items()}, cfg.split,
-                                    hard_negatives=cfg.hardneg, seed=cfg.seed)
     check_masks(task, samples, counts, cfg)
     check_tokens(task, samples, cfg)
     dataset = training_dataset(task, cfg, samples, cfg.split, scenes)
-    groups = image_groups(samples) if cfg.captions_per_image == "1" else None
-    counts["pairs_per_epoch"] = len(groups) if groups is not None else len(samples)
-    steps_per_epoch = counts["pairs_per_epoch"] // (cfg.batch_size * world)
-    total = cfg.max_steps or steps_per_epoch * cfg.epochs
-    if total <= 0 or steps_per_epoch == 0:
-        raise ValueError(f"{counts['pairs_per_epoch']} pairs per epoch give no full batch of {cfg.batch_size} x "
-                         f"{world} rank(s)")
+    total = cfg.max_steps or counts["pairs_per_epoch"] // (cfg.batch_size * world) * cfg.epochs
 
     opt = make_optimizer(task, cfg, device)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(cfg, total))

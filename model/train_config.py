@@ -91,7 +91,7 @@ class TrainConfig:
         check_ranges(self, SECTION, positive=("epochs", "max_steps", "batch_size", "accum_steps", "eps",
                                               "log_every", "predictor_heads", "crop_scale", "grad_clip_norm"),
                      non_negative=("lr_clip", "lr_predictor", "wd", "predictor_wd", "warmup", "workers", "save_every",
-                                   "text_cross_layers", "image_cross_layers", "loss_weights"),
+                                   "text_cross_layers", "image_cross_layers", "loss_weights", "seed"),
                      probability=("rect_prob", "rect_ratio", "max_skipped_fraction", "betas", "crop_scale"))
         unknown = sorted(set(self.loss_weights) - set(asdict(LossWeights())))
         if unknown:

@@ -111,6 +111,12 @@ class QueryRefused(ValueError):
     """A ``macco sql`` statement that is not one read-only query."""
 
 
+class QueryTimedOut(QueryRefused):
+    """A ``macco sql`` query that ran past its time limit (``--timeout``): interrupted."""
+
+
+SQL_TIMEOUT_S = 60.0  # macco sql --timeout's default: a recursive CTE without an end otherwise runs forever
+
 READ_ONLY_STATEMENTS = ("SELECT", "EXPLAIN")  # select, with, from, values, describe, show, summarize, explain
 
 
@@ -153,20 +159,46 @@ def check_read_only(sql: str) -> None:
                            "summarize and explain only)")
 
 
-def query(tables: dict, sql: str, limit: int | None = None) -> tuple[list[str], list[tuple], int]:
+def query(tables: dict, sql: str, limit: int | None = None,
+          timeout: float | None = SQL_TIMEOUT_S) -> tuple[list[str], list[tuple], int]:
     """(columns, rows, total rows) of the read-only query ``sql`` over the views of ``connect``; with ``limit``,
     the first ``limit`` rows only (and the total counted apart). Raises ``QueryRefused`` for a statement that is
-    not one read-only query and duckdb's errors (``duckdb.Error``) for a bad one, e.g. a file outside the tables
+    not one read-only query, ``QueryTimedOut`` past ``timeout`` seconds (None or 0: no limit; DuckDB's interrupt,
+    from a timer thread) and duckdb's errors (``duckdb.Error``) for a bad one, e.g. a file outside the tables
     (``duckdb.PermissionException``)."""
+    import math
+    import threading
+
+    import duckdb
+
+    if timeout is not None and not timeout >= 0:
+        raise QueryRefused(f"--timeout {timeout:g}: seconds >= 0 expected (0: no limit)")
     check_read_only(sql)
     con = read_only_connection(tables)
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        con.interrupt()
+
+    timer = threading.Timer(timeout, stop) if timeout and not math.isinf(timeout) else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
     try:
         rel = con.sql(sql)
         if limit is None:
             rows = rel.fetchall()
             return list(rel.columns), rows, len(rows)
         return list(rel.columns), rel.limit(limit).fetchall(), rel.shape[0]
+    except duckdb.InterruptException:
+        if not fired.is_set():  # not the timer's interrupt
+            raise
+        raise QueryTimedOut(f"the query ran past its time limit of {timeout:g} s (--timeout) and was stopped; "
+                            "raise --timeout (0: no limit)") from None
     finally:
+        if timer is not None:
+            timer.cancel()
         con.close()
 
 

@@ -62,3 +62,22 @@ def test_sql_reading_a_sound_part_as_csv_is_the_querys_error_not_a_damaged_table
         assert "Permission Error" in capsys.readouterr().err
     finally:
         os.chdir(os_cwd)
+
+
+def test_a_query_that_runs_forever_stops_at_its_time_limit_in_one_line(tables, capsys):
+    """`macco sql` had no time limit: a recursive CTE without an end ran until killed."""
+    import inspect
+    import time
+
+    from pipeline.inspection import query
+
+    forever = "with recursive t(n) as (select 1 union all select n + 1 from t) select count(*) from t"
+    start = time.monotonic()
+    assert main(["sql", forever, "--root", str(tables), "--timeout", "1"]) == 2
+    assert time.monotonic() - start < 30
+    assert "the query ran past its time limit of 1 s (--timeout) and was stopped" in one_line_error(capsys, "sql")
+    assert inspect.signature(query).parameters["timeout"].default == 60  # a limit without the flag too
+    assert main(["sql", "select count(*) n from captions", "--root", str(tables), "--csv", "--timeout", "1"]) == 0
+    assert capsys.readouterr().out.split() == ["n", "60"]
+    assert main(["sql", "select 1", "--root", str(tables), "--timeout", "-1"]) == 2
+    assert "--timeout -1: seconds >= 0 expected" in one_line_error(capsys, "sql")

@@ -78,3 +78,27 @@ def test_too_many_skipped_images_is_one_line_from_macco_train(world, world_table
     last = err.strip().splitlines()[-1]
     assert "Traceback" not in err and last.startswith("macco train: 8 of 8 training images") and \
         "max_skipped_fraction" in last
+
+
+def test_empty_data_and_a_batch_larger_than_the_data_are_one_line_from_macco_train(world, world_tables, tmp_path,
+                                                                                   capsys):
+    """An empty captions table, or batch_size over the training pairs, was a ValueError traceback."""
+    from model.data import build_samples
+
+    write_table(TABLES["captions"], tmp_path / "empty", TABLES["captions"].from_rows([]))
+    pairs = len(build_samples({k: v for k, v in world_tables.items() if k != "root"})[0])
+
+    def run(tables, batch):
+        shown = "{" + ", ".join(f"{k}: {v}" for k, v in tables.items() if k != "root") + "}"
+        code = main(["train", "arch=macco-micro", f"batch_size={batch}", "max_steps=2", "workers=0", "warmup=1",
+                     f"out_dir={tmp_path / 'r'}", f"image_root={world}", f"tables={shown}", "progress=false"])
+        err = capsys.readouterr().err
+        assert code == 2 and "Traceback" not in err, err
+        return err.strip().splitlines()[-1]
+
+    line = run({**world_tables, "captions": tmp_path / "empty"}, 8)
+    assert line.startswith(f"macco train: train: no training data: the captions table {tmp_path / 'empty'} holds 0 "
+                           "caption(s) of split 'train'")
+    line = run(world_tables, pairs + 1)
+    assert f"train: {pairs} training caption-image pairs per epoch are fewer than batch_size {pairs + 1}" in line
+    assert not (tmp_path / "r" / "checkpoints").exists()

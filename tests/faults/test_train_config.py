@@ -16,7 +16,18 @@ from tests_support import one_line_error
     ("lr_clip=.inf", "lr_clip: inf must be finite"),  # passed; training died at step 0 with NonFiniteLoss
     ("loss_weights={contrast_loss: .inf}", "loss_weights.contrast_loss: inf must be finite"),
     ("rect_ratio=.nan", "rect_ratio: nan must be finite"),
+    ("seed=-3", "seed: -3 must be >= 0"),  # accepted: torch seeds with it, the flow's run names carry it
 ])
 def test_train_config_out_of_range_is_one_line(tmp_path, capsys, override, message):
     assert main(["train", override, f"out_dir={tmp_path / 'r'}"]) == 2
     assert message in one_line_error(capsys, "train")
+
+
+def test_a_negative_common_seed_in_a_flow_config_is_refused_when_it_is_read(tmp_path):
+    """`train: {common: {seed: -3}}` was accepted and the flow ran (the runs' own seeds were already refused)."""
+    from data_schemas.config import ConfigError
+    from flows.config import load_config
+
+    (tmp_path / "c.yaml").write_text("train:\n  common: {seed: -3}\n")
+    with pytest.raises(ConfigError, match=r"train.common seed: -3 must be >= 0"):
+        load_config(tmp_path / "c.yaml")

@@ -32,7 +32,7 @@ def test_flow_defaults_are_the_stage_configs_defaults():
     assert DEFAULTS["train"]["arch"] == TrainConfig().arch == ParseConfig().clip_model == DEFAULT_ARCH
     assert DEFAULTS["masks"]["models"] == [DEFAULT_ARCH]
     assert DEFAULTS["validate"]["params"] == {"eot_token_id": 49407, "min_text_mask_coverage": 0.5,
-                                              "min_grounded_coverage": 0.5}
+                                              "min_grounded_coverage": 0.5, "allow_empty_tables": False}
 
 
 @pytest.mark.parametrize("over,message", [
