@@ -58,7 +58,7 @@ def test_a_bad_weights_file_is_one_line_naming_it_for_eval_and_train(world, worl
     assert f"{bad}: {expected[kind]}" in one_line_error(capsys, "eval")
     tables = "{" + ", ".join(f"{k}: {v}" for k, v in world_tables.items() if k != "root") + "}"
     assert main(["train", "arch=macco-micro", f"pretrained={bad}", f"out_dir={tmp_path / 'r'}", f"tables={tables}",
-                 f"image_root={world}"]) == 2
+                 f"image_root={world}", "batch_size=8"]) == 2
     assert f"{bad}: {expected[kind]}" in one_line_error(capsys, "train")
 
 
