@@ -263,7 +263,7 @@ def _report(call: Call) -> dict:
     by_protocol: dict[str | None, dict[str, list[dict]]] = {}
     for label, runs in evals.items():
         for e in runs:
-            p = e.get("protocol") if plan.protocols else None
+            p = e.get("protocol") if plan.protocols or plan.paper else None  # the paper section reads it
             by_protocol.setdefault(p, {}).setdefault(label, []).append(json.loads(Path(e["results"]).read_text()))
     untrained = ("base", *plan.weights)
     counts = sorted({len(v) // max(1, len(by_protocol)) for k, v in evals.items() if k not in untrained})
@@ -275,15 +275,14 @@ def _report(call: Call) -> dict:
     if not plan.protocols and not plan.paper:
         rep = write_report(by_protocol.get(None, {}), call.out, title, note, control=plan.control,
                            untested=untrained)
-        return {**rep, "outputs": {"report": {"kind": "report", "dir": str(call.out), "content_hash": None}}}
-    return {**_paper_report(call, by_protocol, title, note, untrained),
-            "outputs": {"report": {"kind": "report", "dir": str(call.out), "content_hash": None}}}
+    else:
+        rep = _paper_report(call, by_protocol, title, note, untrained)
+    return {**rep, "outputs": {"report": {"kind": "report", "dir": str(call.out), "content_hash": None}}}
 
 
 def _paper_report(call: Call, by_protocol: dict, title: str, note: str, untrained: tuple) -> dict:
     """One report per protocol (``<out>/<protocol>/``), and ``results.md`` / ``paper.json`` on top: the paper's
     tables beside ours, the registered bar, then each protocol's table."""
-    from data_schemas import replace_file
     from pipeline.paper import paper_section
     from pipeline.report import write_report
 
