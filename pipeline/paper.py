@@ -134,12 +134,9 @@ def compare_table(table: dict, results: dict[str, list[dict]], rows: dict[str, s
 def registered_comparison(results: dict[str, list[dict]], treatment: str, control: str) -> dict:
     """The registered bar: ``treatment`` against ``control`` over the same cases on each BAR group (seeds paired),
     the case-level sign test's p raw and after Holm over the groups present; met iff every group is ▲."""
-    from pipeline.report import holm, mcnemar
-    from pipeline.results import _seed
+    from pipeline.report import holm, mcnemar, seed_pairs
 
-    ctrl = {_seed(r, i): r for i, r in enumerate(results.get(control, []))}
-    pairs = [(r, ctrl[s]) for s, r in ((_seed(r, i), r) for i, r in enumerate(results.get(treatment, [])))
-             if s in ctrl]
+    pairs = seed_pairs(results.get(treatment, []), results.get(control, []))
     groups = {}
     for bench, key, name in BAR:
         m = [a["benchmarks"].get(bench, {}).get("cases", {}).get(key) for a, _ in pairs]

@@ -45,6 +45,13 @@ def mcnemar(model: list[str], control: list[str]) -> dict:
             "c_case": cc, "p_case": float(p_case)}
 
 
+def seed_pairs(runs: list[dict], control: list[dict]) -> list[tuple[dict, dict]]:
+    """(run, control run) of the same seed (``_seed``: the run name's ``-s<seed>``, else its position); seeds only
+    one side has are left out."""
+    ctrl = {_seed(r, i): r for i, r in enumerate(control)}
+    return [(r, ctrl[sd]) for sd, r in ((_seed(r, i), r) for i, r in enumerate(runs)) if sd in ctrl]
+
+
 def holm(pvalues: dict[str, float]) -> dict[str, float]:
     """Holm's step-down adjusted p-values of a family of tests (name -> raw p): the k-th smallest raw p times
     (m - k + 1), made monotone and capped at 1. A test is significant at level alpha after the correction iff its
@@ -68,11 +75,10 @@ def paired_tests(results: dict[str, list[dict]], control: str,
     if control not in results:
         return out
     unlike = partial_mismatches(results, control)
-    ctrl = {_seed(r, i): r for i, r in enumerate(results[control])}
     for label, runs in results.items():
         if label == control or label in untested:
             continue
-        pairs = [(r, ctrl[sd]) for sd, r in ((_seed(r, i), r) for i, r in enumerate(runs)) if sd in ctrl]
+        pairs = seed_pairs(runs, results[control])
         rows = {}
         for bench, key, name in GROUPS:
             m = [a["benchmarks"][bench].get("cases", {}).get(key) for a, b in pairs
