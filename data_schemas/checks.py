@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import TABLES
+from . import TABLES, table_module
 from ._read import read_manifest, table_files, verify_table
 from ._spec import MANIFEST, TableError, TableSpec
 
@@ -56,22 +56,24 @@ def _sql_list(files: list[Path]) -> str:
     return "[" + ", ".join("'" + str(Path(f).resolve()).replace("'", "''") + "'" for f in files) + "]"
 
 
+def _legacy() -> dict:
+    """``eval_results.LEGACY``, its module imported on use: the flow's validate reads no history, so the history's
+    schema is no part of its code version."""
+    return table_module("eval_results").LEGACY
+
+
 def _version_of(name: str, d) -> int | None:
     """An ``eval_results`` table's schema version when it is an earlier one (``eval_results.LEGACY``), else None."""
-    from .eval_results import LEGACY
-
     if name != "eval_results":
         return None
     version = int(read_manifest(d, name).get("schema_version", -1))
-    return version if version in LEGACY else None
+    return version if version in _legacy() else None
 
 
 def _spec_of(name: str, d) -> TableSpec:
     """The spec a table directory is read with: its own schema version's (``eval_results`` versions 1, 2 too)."""
-    from .eval_results import LEGACY
-
     version = _version_of(name, d)
-    return LEGACY[version][0] if version is not None else TABLES[name]
+    return _legacy()[version][0] if version is not None else TABLES[name]
 
 
 def parquet_listing(name: str, paths: str | Path | list) -> str:
@@ -84,15 +86,14 @@ def view_sql(name: str, paths: str | Path | list) -> str:
     in an earlier schema version, mapped onto the current columns (the history keeps every row)."""
     if name != "eval_results":
         return f"select * from read_parquet({parquet_listing(name, paths)})"
-    from .eval_results import LEGACY
-
+    legacy = _legacy()
     by_version: dict = {}
     for d in _dirs(paths):
         by_version.setdefault(_version_of(name, d), []).append(d)
     selects = [f"select * from read_parquet({parquet_listing(name, by_version.pop(None))})"] \
         if None in by_version else []
     for version, dirs in sorted(by_version.items()):
-        spec, select, _ = LEGACY[version]
+        spec, select, _ = legacy[version]
         selects.append(select(_sql_list([f for d in dirs for f in table_files(spec, d)])))
     return " union all by name ".join(selects)
 

@@ -338,6 +338,32 @@ _RULES = {
 }
 
 
+# ---- the fields that do not decide the output --------------------------------------------------------------------
+UNKEYED = "unkeyed"  # the field-metadata flag (``unkeyed()``)
+
+
+def unkeyed(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A config field that does not decide the output (where files are, how the work is spread, logged, saved or
+    run): the one flag read by the stage key, the training resume check and the shard fingerprint (``keyed``)."""
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={UNKEYED: True})
+
+
+def keyed_fields(cls) -> tuple[str, ...]:
+    """The fields of a config dataclass (or instance) that decide its output: all but the ``unkeyed`` ones."""
+    return tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get(UNKEYED))
+
+
+def keyed(value) -> Any:
+    """``value`` as key data: a config dataclass as a dict of its ``keyed_fields``, at every level."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: keyed(getattr(value, name)) for name in keyed_fields(value)}
+    if isinstance(value, dict):
+        return {k: keyed(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [keyed(v) for v in value]
+    return value
+
+
 def check_ranges(obj, section: str, **rules: tuple[str, ...]) -> None:
     """Every named field of ``obj`` in its range: ``positive=("batch_size", ...)``, ``non_negative=(...)``,
     ``probability=(...)``; a field that is None is not checked, a tuple/list field is checked item by item, a dict

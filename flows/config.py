@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from data_schemas.checks import CheckParams
-from data_schemas.config import ConfigError, check_ranges, from_dict, safe_name, shown
+from data_schemas.config import ConfigError, check_ranges, from_dict, safe_name, shown, unkeyed
 from data_schemas.geometry import DEFAULT_ARCH
 from model.benchmarks import EvalConfig
 from model.train_config import TrainConfig
@@ -110,13 +110,15 @@ class EvaluatePlan:
     benchmarks: tuple[str, ...] | None = None  # None: all
     roots: dict[str, str] = field(default_factory=dict)
     settings: EvalConfig = field(default_factory=EvalConfig)
-    models: tuple[str, ...] | None = None  # None: all
+    # unkeyed: which models and protocols, and how the report reads them, decide no one evaluation (each is keyed
+    # by its model's weights and its own settings, ``eval_config``)
+    models: tuple[str, ...] | None = unkeyed(None)  # None: all
     probes: bool = True
-    control: str = "clip-ft"
-    given: tuple[str, ...] = ()
-    weights: dict[str, str] = field(default_factory=dict)
-    protocols: tuple[str, ...] = ()
-    paper: dict[str, str] = field(default_factory=dict)
+    control: str = unkeyed("clip-ft")
+    given: tuple[str, ...] = unkeyed(())
+    weights: dict[str, str] = unkeyed(default_factory=dict)
+    protocols: tuple[str, ...] = unkeyed(())
+    paper: dict[str, str] = unkeyed(default_factory=dict)
 
     def eval_config(self, roots: dict[str, str], world_run: bool, protocol: str | None = None) -> EvalConfig:
         """The settings for one evaluation: these ``roots``; on the synthetic world its own settings where the config

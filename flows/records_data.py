@@ -10,7 +10,7 @@ from pathlib import Path
 
 from data_schemas import InputFileError, temp_name
 from flows.catalog import table_entry
-from flows.stage import Call, Stage, folder_key, roots, weights_key
+from flows.stage import Call, Stage, folder_key, packages, roots, weights_key
 
 FILE_LIST = "files.json"  # a stage's many files and their sizes (the world), checked by the done rule
 
@@ -204,6 +204,12 @@ def _ground_code(section) -> tuple[str, ...]:
     return code_roots(section.backend)
 
 
+def _ground_packages(section) -> tuple[str, ...]:
+    """The distributions a backend calls (the file-reading backends none but the image reader)."""
+    model = {"groundingdino": ("torch", "transformers", "groundingdino-py"), "hf": ("torch", "transformers")}
+    return ("Pillow", *model.get(section.backend, ()))
+
+
 def _grounding_weights(section) -> list:
     """The grounding weights' sha256 (a file) or path (a model directory)."""
     return [[weights_key(w) for w in (section.checkpoint, section.model_dir) if w]]
@@ -219,19 +225,23 @@ def _masks(call: Call) -> dict:
 
 
 STAGES = (
-    Stage("world", "world", (), ("source",), roots("pipeline.world"), _world, when=lambda cfg: cfg.world_run),
+    Stage("world", "world", (), ("source",), roots("pipeline.world"), _world, when=lambda cfg: cfg.world_run,
+          packages=packages("Pillow")),
     Stage("captions", "data", ("source",), ("captions", "official", "images", "errors"),
-          roots("pipeline.captions_stage"), _captions),
+          roots("pipeline.captions_stage"), _captions, packages=packages("Pillow", "webdataset")),
     Stage("tokenizer", "tokenizer", ("captions",), ("tokenizer",), roots("pipeline.siglip_folder"), _tokenizer,
-          extras=_arch_json, when=lambda cfg: cfg.tokenizer.arch is not None),
+          extras=_arch_json, when=lambda cfg: cfg.tokenizer.arch is not None,
+          packages=packages("tokenizers", "transformers")),
     # a local-dir tokenizer's files (the tokenizer stage's folder, or the user's) are in its extras
     Stage("parse", "parse", ("captions", "official?", "tokenizer?"), ("scene_graphs", "token_masks", "errors"),
           roots("pipeline.parse_stage"), _parse, shards=_parse_shards,
           run_shard=lambda call, i: _parse_tables(call, only=[i], finalize=False),
-          extras=lambda section: folder_key(section.clip_model)),
+          extras=lambda section: folder_key(section.clip_model), packages=lambda section: (
+              "spacy", section.spacy_model, "open_clip_torch", "transformers",
+              *(("SceneGraphParser",) if section.parser == "sng" else ()))),
     Stage("ground", "ground", ("captions", "scene_graphs", "images", "official?"), ("regions", "errors"), _ground_code,
           _ground, shards=_ground_shards, run_shard=lambda call, i: _ground_tables(call, only=[i], finalize=False),
-          extras=_grounding_weights),
+          extras=_grounding_weights, packages=_ground_packages),
     Stage("masks", "masks", ("captions", "regions"), ("patch_masks", "errors"), roots("pipeline.masks_stage"), _masks,
-          extras=lambda section: [k for m in section.models for k in folder_key(m)]),
+          extras=lambda section: [k for m in section.models for k in folder_key(m)], packages=packages("numpy")),
 )

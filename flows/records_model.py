@@ -14,10 +14,11 @@ from pathlib import Path
 from data_schemas import replace_file
 from data_schemas.config import ConfigError
 from flows.config import plain
-from flows.stage import Call, Stage, folder_key, roots, weights_key
+from flows.stage import Call, Stage, folder_key, packages, roots, weights_key
 
 MASK_TABLES = ("captions", "scene_graphs", "token_masks", "regions", "patch_masks")
 TRAINING_TABLES = ("captions", "token_masks", "scene_graphs", "regions")
+MODEL_PACKAGES = ("torch", "torchvision", "open_clip_torch", "timm", "transformers", "Pillow", "numpy")
 HISTORY = "eval_results"  # artifacts/eval_results: every evaluation's rows, appended (never replaced)
 
 
@@ -49,9 +50,6 @@ def _validate(call: Call) -> dict:
 
 
 # ---- train: the base chain, then every run x seed from the base's export --------------------------------------
-TRAIN_UNKEYED = ("tables", "image_root", "pretrained", "init_task", "resume", "save_every", "out_dir", "progress")
-
-
 def _train_extras(section) -> list:
     """The weights a run starts from (sha256 of a file), the scene truth of mode scene, a model folder's files."""
     from data_schemas.provenance import file_sha256
@@ -142,8 +140,9 @@ def _evaluate_code(section) -> tuple[str, ...]:
     return (*code_roots(section.benchmarks), *(("model.probes",) if section.probes else ()))
 
 
-def benchmark_roots(plan) -> tuple[dict, str | None]:
-    """(benchmark -> root, their content hash): ``evaluate.roots``, or the synthetic world's own sets."""
+def benchmark_roots(plan) -> tuple[dict, str]:
+    """(benchmark -> root, their content hash): ``evaluate.roots`` (what each root holds, ``folder_fingerprint``:
+    a corrected file is a new evaluation), or the synthetic world's own sets (the world's content hash)."""
     ecfg = plan.cfg.evaluate
     if ecfg.roots:
         roots_, content = dict(ecfg.roots), None
@@ -156,6 +155,12 @@ def benchmark_roots(plan) -> tuple[dict, str | None]:
                           "world brings its own), or leave 'evaluate' out of the stages")
     if ecfg.benchmarks is not None:
         roots_ = {b: roots_[b] for b in ecfg.benchmarks}
+    if content is None:
+        from data_schemas.provenance import folder_fingerprint
+        from flows.config import key_of
+
+        held = {r: folder_fingerprint(r) for r in set(roots_.values())}
+        content = key_of(sorted((b, held[r]) for b, r in roots_.items()))
     return roots_, content
 
 
@@ -236,8 +241,8 @@ def _drive_evaluate(stage: Stage, plan, runner) -> dict[str, list[dict]]:
     evals: dict[str, list[dict]] = {}
     for protocol in ecfg.protocol_list():
         eval_cfg = ecfg.eval_config(roots_, plan.cfg.world_run, protocol)
-        # one protocol's evaluation: its settings in the key (the plan's list of protocols is not)
-        keyed = dataclasses.replace(section, settings=eval_cfg) if protocol else section
+        # one evaluation's settings in the key (the plan's list of protocols is not)
+        keyed = dataclasses.replace(section, settings=eval_cfg)
         for label in labels:
             if label not in runs:
                 raise ConfigError(f"config evaluate.models: {label!r} is not a run of this config ({sorted(runs)})")
@@ -314,11 +319,13 @@ def _drive_report(stage: Stage, plan, runner) -> dict:
 
 
 STAGES = (
-    Stage("validate", "validate", (*MASK_TABLES, "errors"), ("validation",), roots("pipeline.validate"), _validate),
+    Stage("validate", "validate", (*MASK_TABLES, "errors"), ("validation",), roots("pipeline.validate"), _validate,
+          packages=packages("duckdb", "pyarrow")),
     Stage("train", "train", (*TRAINING_TABLES, "images"), ("runs",), roots("model.train"), _train,
-          after=("validation",), extras=_train_extras, unkeyed=TRAIN_UNKEYED, drive=_drive_train),
+          after=("validation",), extras=_train_extras, drive=_drive_train, packages=packages(*MODEL_PACKAGES)),
     Stage("evaluate", "evaluate", ("runs", "source?", *TRAINING_TABLES, "images"), ("evaluations",), _evaluate_code,
-          _evaluate, unkeyed=("models", "control", "given", "weights", "protocols", "paper"), drive=_drive_evaluate),
-    Stage("report", "evaluate", ("evaluations",), ("report",), roots("pipeline.report"), _report,
-          drive=_drive_report, cached=False),
+          _evaluate, drive=_drive_evaluate, packages=lambda section: (
+              *MODEL_PACKAGES, "scikit-learn", "scipy", "spacy", section.settings.spacy_model)),
+    Stage("report", "evaluate", ("evaluations",), ("report",), roots("pipeline.report", "pipeline.paper"), _report,
+          drive=_drive_report, cached=False, packages=packages("matplotlib", "scipy")),
 )

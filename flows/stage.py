@@ -1,19 +1,22 @@
 """The stage record (``Stage``), one run of it (``Call``) and the one key function (``stage_key``); the records
 themselves are declared in ``flows.records_data`` / ``flows.records_model`` and ordered in ``flows.registry``.
 
-A stage's key is its name, the content hashes of what it reads, its typed section (fields the stage declares as
-not changing its output left out: paths, how a run is checkpointed), the code version of the import closure of its
-code roots (``data_schemas.provenance.closure_version``: no module list is kept by hand) and its declared extras
-(weights' sha256, model folders' files). So a changed input, setting or code line is never a cache hit.
+A stage's key (``stage_key``, the recipe written once) is its name, the content hashes of what it reads, its typed
+section without the fields flagged ``unkeyed`` (``data_schemas.config.keyed``), its code (``code_of``: the import
+closure of its code roots and of the schemas of the tables it reads and writes, with the data files those modules
+declare; the record's own module; the versions of the packages it declares) and its declared extras (weights'
+sha256, model folders' files). So a changed input, setting, code line, data file or package is never a cache hit,
+and a changed path, worker count or device is never a recompute.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from data_schemas.provenance import closure_version
+from data_schemas import TABLE_NAMES
+from data_schemas.config import keyed
+from data_schemas.provenance import closure_version, files_version, module_path, package_versions
 from flows.catalog import Catalog
 from flows.config import key_of
 
@@ -56,7 +59,7 @@ class Stage:
     shards: Callable[[Call], int] | None = None
     run_shard: Callable[[Call, int], None] | None = None
     extras: Callable[[Any], list] | None = None  # section -> declared key parts (weights' sha256, model folders)
-    unkeyed: tuple[str, ...] = ()  # section fields that do not change the output (paths, checkpointing)
+    packages: Callable[[Any], tuple[str, ...]] = lambda section: ()  # section -> the distributions it calls
     when: Callable[[Any], bool] | None = None  # FlowConfig -> whether it runs at all (None: always)
     drive: Callable | None = None  # (stage, plan, runner) -> the flow's result for it; None: run once
     cached: bool = True  # a finished run is served from its key (the report is written every time)
@@ -66,24 +69,31 @@ def roots(*modules: str) -> Callable[[Any], tuple[str, ...]]:
     return lambda section: modules
 
 
-def section_view(stage: Stage, section: Any) -> Any:
-    """The section as key data: a dataclass's fields without the stage's ``unkeyed`` ones."""
-    if dataclasses.is_dataclass(section):
-        return {k: v for k, v in dataclasses.asdict(section).items() if k not in stage.unkeyed}
-    return section
+def packages(*names: str) -> Callable[[Any], tuple[str, ...]]:
+    return lambda section: names
+
+
+def code_roots(stage: Stage, section: Any) -> tuple[str, ...]:
+    """The modules whose import closure is the stage's code: its code roots and the schema modules of the tables it
+    reads and writes (``data_schemas.<table>``; a schema edit re-keys those stages only)."""
+    tables = [t for t in (n.rstrip("?") for n in (*stage.reads, *stage.writes)) if t in TABLE_NAMES]
+    return (*stage.code(section), *(f"data_schemas.{t}" for t in tables))
+
+
+def code_of(stage: Stage, section: Any) -> str:
+    """The stage's code version: the sources and declared data files of ``code_roots``' import closure, the
+    record's own module (its adapter: not in that closure, which would reach every stage through the flow's
+    config) and the installed versions of the packages it declares."""
+    own = module_path(stage.run.__module__)
+    return key_of(closure_version(*code_roots(stage, section)), files_version([own] if own else []),
+                  package_versions(stage.packages(section)))
 
 
 def stage_key(stage: Stage, read_hashes: list, section: Any, extras: list | tuple = ()) -> str:
     """The one key of every stage (and of its Prefect cache record): name, the content hashes of what it reads,
-    its typed section, the code version of its code roots' import closure, its declared extras."""
+    its typed section without its ``unkeyed`` fields, its code (``code_of``), its declared extras."""
     declared = stage.extras(section) if stage.extras else []
-    return key_of(stage.name, read_hashes, section_view(stage, section), closure_version(*stage.code(section)),
-                  *declared, *extras)
-
-
-def code_of(stage: Stage, section: Any) -> str:
-    """The stage's code version (what its key hashes)."""
-    return closure_version(*stage.code(section))
+    return key_of(stage.name, read_hashes, keyed(section), code_of(stage, section), *declared, *extras)
 
 
 def folder_key(model: str) -> list:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from data_schemas.config import ConfigError
+from data_schemas.config import ConfigError, keyed_fields
 
 if TYPE_CHECKING:
     from .train_config import TrainConfig
@@ -38,10 +38,6 @@ class ResumeRefused(ConfigError):
     over its checkpoints without ``resume: fresh`` (one line from ``macco``)."""
 
 
-# settings a run may change when it resumes (where its files are, how it logs and saves, where it runs); any other
-# difference between the checkpoint's settings and the run's is another run, refused (never a silent mix)
-RESUME_FREE = ("tables", "image_root", "out_dir", "pretrained", "init_task", "resume", "save_every", "progress", "device",
-               "workers", "log_every", "cpu_keep_freed_memory", "compile", "max_skipped_fraction")
 RUN_FILES = ("checkpoints", "export", "export.pt", "metrics.csv", "summary.json", "config.json", "logs")
 
 
@@ -86,7 +82,7 @@ def checkpoint_to_resume(cfg: TrainConfig) -> tuple[Path | None, dict | None]:
     """(the checkpoint a run continues from and its contents, or None) as ``cfg.resume`` asks: ``auto`` the latest in
     ``out_dir`` (none: a new run), a path that checkpoint, ``fresh`` none (the folder's earlier run files removed),
     None none — refused when ``out_dir`` holds another run's checkpoints. A checkpoint trained with other settings
-    (any field but ``RESUME_FREE``) or on other data (the tables' content hashes, ``table_hashes``; their folders may
+    (any field but those flagged ``unkeyed``: where its files are, how it logs and saves, where it runs) or on other data (the tables' content hashes, ``table_hashes``; their folders may
     move) is refused in one line naming the differences."""
     import shutil
 
@@ -116,7 +112,7 @@ def checkpoint_to_resume(cfg: TrainConfig) -> tuple[Path | None, dict | None]:
     with weights_file(path):  # a damaged checkpoint is one line naming it
         ck = torch.load(path, map_location="cpu", weights_only=True)
     then, now = ck.get("config", {}), asdict(cfg)
-    diff = [k for k in now if k not in RESUME_FREE and not _same(now[k], then.get(k))]
+    diff = [k for k in keyed_fields(cfg) if not _same(now[k], then.get(k))]
     if diff:
         shown = ", ".join(f"{k} {then.get(k)!r} -> {now[k]!r}" for k in diff[:4]) + (" ..." if len(diff) > 4 else "")
         raise ResumeRefused(f"{path}: this checkpoint was trained with other settings ({shown}); resuming would mix "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from data_schemas import InputFileError
 
+DATA_FILES = ("configs/*.json",)  # the files this code reads: part of its code version (data_schemas.provenance)
 CONFIG_DIR = Path(__file__).parent / "configs"
 TINY_MODELS = tuple(sorted(p.stem for p in CONFIG_DIR.glob("*.json")))
 _registered = False

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from data_schemas.config import ConfigError, check_choices, check_ranges, from_dict, parse_yaml
+from data_schemas.config import ConfigError, check_choices, check_ranges, from_dict, parse_yaml, unkeyed
 from data_schemas.geometry import DEFAULT_ARCH
 
 from .losses import LossWeights
@@ -18,15 +18,18 @@ SECTION = "train config"
 
 @dataclass
 class TrainConfig:
+    """A training run's settings; ``unkeyed()`` fields do not decide the trained model (paths whose content is keyed
+    apart: the tables, the images, the starting weights; where and how the run executes, logs and saves): a change
+    to one neither retrains (the stage key) nor refuses a resume (``checkpoint.checkpoint_to_resume``)."""
     arch: str = DEFAULT_ARCH  # the demo configs: macco-tiny
-    pretrained: str | None = None  # open_clip tag or weights file (e.g. a base model's export .pt)
-    tables: dict = field(default_factory=dict)  # captions, token_masks, scene_graphs, regions -> table dirs
-    image_root: str = ""
+    pretrained: str | None = unkeyed(None)  # open_clip tag or weights file (e.g. a base model's export .pt)
+    tables: dict = unkeyed(default_factory=dict)  # captions, token_masks, scene_graphs, regions -> table dirs
+    image_root: str = unkeyed("")
     split: str = "train"
     # all: every caption of every image each epoch; 1: one caption per image, drawn afresh each epoch (seeded) —
     # the paper's ~110k COCO pairs per epoch (Karpathy train + restval: 113k images, 567k captions)
     captions_per_image: Literal["all", "1"] = "all"
-    out_dir: str = "artifacts/runs/default"
+    out_dir: str = unkeyed("artifacts/runs/default")
     # scene: the image tower on the world's scene truth (model.scene); lm: the text tower as a causal language model
     # on the training captions (model.lm)
     mode: TrainMode = "macco"
@@ -38,7 +41,7 @@ class TrainConfig:
     # the text predictor reads a zero image instead of the image's features: the image-free control of the
     # masked-word probe (what the words around a mask alone give)
     withhold_image: bool = False
-    init_task: str | None = None  # a training checkpoint whose task (CLIP, predictors, mask tokens) starts the run
+    init_task: str | None = unkeyed(None)  # a training checkpoint whose task (CLIP, predictors, mask tokens) starts the run
     scenes: str | None = None  # mode scene: the world's scenes_<split>.json (default: image_root/scenes_<split>.json)
     loss_weights: dict = field(default_factory=lambda: asdict(LossWeights()))
     text_cross_layers: int | None = None
@@ -65,9 +68,9 @@ class TrainConfig:
     # ones by small logit gaps: bf16's MCA+MIR gradient error was 8x fp16's), fp32 on CPU | fp32 | bf16 | fp16
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     fused_adamw: Literal["auto", "on", "off"] = "auto"  # auto: on CUDA and CPU, where torch has the fused kernel
-    compile: bool = False
+    compile: bool = unkeyed(False)
     tf32: bool = True  # CUDA: TF32 matmuls / convolutions during the run (restored after it; model.runtime.tf32)
-    workers: int = 2
+    workers: int = unkeyed(2)
     seed: int = 0
     rect_prob: float = 0.1
     rect_ratio: float = 0.75
@@ -75,15 +78,15 @@ class TrainConfig:
     # relation phrase: its subject's and object's boxes, so filling them needs the relation; docs/experiments H3)
     mask_phrases: Literal["any", "relation"] = "any"
     crop_scale: tuple[float, float] = (0.9, 1.0)
-    save_every: int = 0  # steps between resumable checkpoints (0: only at the end)
-    max_skipped_fraction: float = 0.01  # unreadable or resized images allowed (share of samples drawn); past it: fail
-    log_every: int = 10
+    save_every: int = unkeyed(0)  # steps between resumable checkpoints (0: only at the end)
+    max_skipped_fraction: float = unkeyed(0.01)  # unreadable or resized images allowed (share of samples drawn); past it: fail
+    log_every: int = unkeyed(10)
     # None: a new run (refused if out_dir holds another run's checkpoints); auto: continue the latest checkpoint in
     # out_dir (same settings, else refused); fresh: a new run replacing out_dir's earlier run; or a checkpoint path
-    resume: str | None = None
-    device: str = "auto"
-    progress: bool = True
-    cpu_keep_freed_memory: bool = True  # CPU: glibc keeps freed memory for reuse (see keep_freed_cpu_memory)
+    resume: str | None = unkeyed(None)
+    device: str = unkeyed("auto")
+    progress: bool = unkeyed(True)
+    cpu_keep_freed_memory: bool = unkeyed(True)  # CPU: glibc keeps freed memory for reuse (see keep_freed_cpu_memory)
 
     def __post_init__(self):
         check_choices(self, SECTION)  # a typo (precision: bf-16) is an error, never a silent fallback

@@ -3,11 +3,11 @@ masks (``scene_graphs``, ``token_masks``, ``errors``), sharded by caption (``pip
 killed stage redoes only its unfinished shards."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from data_schemas.config import ConfigError, check_choices, check_ranges
+from data_schemas.config import ConfigError, check_choices, check_ranges, unkeyed
 from data_schemas.geometry import DEFAULT_ARCH
 from data_schemas.provenance import closure_version
 from data_schemas.scene_graphs import SPACY_MODEL
@@ -21,9 +21,9 @@ class ParseConfig:
     spacy_model: str = SPACY_MODEL
     clip_model: str = DEFAULT_ARCH  # whose tokenizer the token masks use
     context_length: int | None = None  # None: the tokenizer's own (CLIP BPE: 77; SigLIP B/16: 64)
-    batch_size: int = 256
-    n_process: int = 1
-    shard_size: int = 2000
+    batch_size: int = unkeyed(256)  # unkeyed: how spaCy's work is spread (the key, the shard fingerprint)
+    n_process: int = unkeyed(1)
+    shard_size: int = unkeyed(2000)
 
     def __post_init__(self):
         check_choices(self, "parse")
@@ -99,7 +99,7 @@ def parse_stage(cfg: ParseConfig, captions: list[dict], out: Path, progress=None
     try:
         return run_sharded(captions, cfg.shard_size,
                            {n: out / n for n in ("scene_graphs", "token_masks", "errors")}, shard,
-                           config=asdict(cfg), version=ver, progress=progress, only=only, finalize=finalize,
+                           config=cfg, version=ver, progress=progress, only=only, finalize=finalize,
                            reuse=reuse, inputs=inputs, replaces={"errors": only_stage("parse")})
     finally:
         if "pool" in loaded:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from data_schemas import TABLES, ShardedTableWriter, is_complete, read_manifest
+from data_schemas.config import keyed
 
 
 def tree_hash(root: str | Path) -> str:
@@ -40,7 +41,7 @@ def n_shards_for(n_items: int, shard_size: int) -> int:
 
 
 def run_sharded(items: list, shard_size: int, out_dirs: dict[str, Path],
-                fn: Callable[[list], dict[str, list[dict]]], *, config: dict, version: str,
+                fn: Callable[[list], dict[str, list[dict]]], *, config: Any, version: str,
                 progress: Callable[[int, int], None] | None = None, only: Iterable[int] | None = None,
                 finalize: bool = True, reuse: bool = False, inputs: str | None = None,
                 replaces: dict[str, dict] | None = None) -> dict[str, dict]:
@@ -52,8 +53,11 @@ def run_sharded(items: list, shard_size: int, out_dirs: dict[str, Path],
     shards of a killed run are kept only if they were written with the same config, code and inputs:
     ``inputs`` is a content hash of what ``fn`` reads (default: of ``items`` themselves), so an edited caption
     with the same count is not an old shard's. ``replaces``: {table: {column: values}} for a table shared with
-    other writers (``errors``: only this stage's rows are replaced, ``write_table``).
+    other writers (``errors``: only this stage's rows are replaced, ``write_table``). ``config``: the stage's typed
+    config; its fields flagged ``unkeyed`` (device, batch size, shard size) are in neither the fingerprint nor the
+    manifest, as in the stage key (``data_schemas.config.keyed``); the shard layout is (``shard_size``, the count).
     """
+    config = keyed(config)
     if reuse and all(is_complete(d) for d in out_dirs.values()):
         return {name: read_manifest(d) for name, d in out_dirs.items()}
     n_shards = n_shards_for(len(items), shard_size)

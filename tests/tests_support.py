@@ -633,3 +633,41 @@ def kill_group_when(proc, found, deadline: float, poll: float = 0.02) -> list:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     return hits
+
+
+# ---- the stage keys of a simulated run (tests/unit/test_registry.py, test_stage.py) ----------------------------
+def section_of(stage, cfg):
+    """The typed section a stage's key reads (train: the macco run's)."""
+    return cfg.train.runs["macco"].config if stage.name == "train" else getattr(cfg, stage.section)
+
+
+def simulated_keys(cfg) -> dict[str, str]:
+    """Every stage's key on a simulated run: each output's content hash a function of its writer's key (as if a
+    changed stage wrote changed content), each stage reading those."""
+    from flows.config import key_of
+    from flows.registry import ORDER
+    from flows.stage import stage_key
+
+    content: dict[str, list] = {"source": ["user data"]}
+    keys = {}
+    for stage in ORDER:
+        reads = [content.get(r.rstrip("?")) for r in stage.reads]
+        keys[stage.name] = stage_key(stage, reads, section_of(stage, cfg))
+        for w in stage.writes:
+            content.setdefault(w, []).append(key_of(stage.name, keys[stage.name], w))
+    return keys
+
+
+def downstream_of(names: set[str]) -> set[str]:
+    """The stages that read (transitively) what ``names`` write."""
+    from flows.registry import ORDER
+
+    out, grew = set(names), True
+    while grew:
+        grew = False
+        for stage in ORDER:
+            writes = {w for s in ORDER if s.name in out for w in s.writes}
+            if stage.name not in out and writes & {r.rstrip("?") for r in stage.reads}:
+                out.add(stage.name)
+                grew = True
+    return out

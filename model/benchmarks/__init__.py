@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from data_schemas import InputFileError
-from data_schemas.config import check_ranges
+from data_schemas.config import check_ranges, unkeyed
 from data_schemas.geometry import DEFAULT_ARCH
 from data_schemas.provenance import closure_version
 from data_schemas.scene_graphs import SPACY_MODEL
@@ -63,7 +63,7 @@ class EvalConfig:
     model: str = DEFAULT_ARCH  # open_clip architecture or local-dir:PATH
     checkpoint: str | None = None  # weights file (or an open_clip pretrained tag)
     roots: dict = field(default_factory=dict)  # benchmark -> root directory
-    device: str = "cpu"
+    device: str = unkeyed("cpu")  # unkeyed: where it runs (the evaluate stage's key)
     batch_size: int = 64
     autocast: bool = False  # fp32 by default, as SugarCrepe and MACCO
     allow_missing: bool = False  # score a benchmark whose images are partly missing (else an error), recorded

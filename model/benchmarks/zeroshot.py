@@ -39,7 +39,8 @@ import numpy as np
 from data_schemas import InputFileError
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")  # torchvision's
-TEMPLATES_FILE = Path(__file__).parent / "data" / "zeroshot_templates.json"
+DATA_FILES = ("data/zeroshot_templates.json",)  # read by this code: in its code version (provenance)
+TEMPLATES_FILE = Path(__file__).parent / DATA_FILES[0]
 TOP_K = 5
 CLASSES_PER_CALL = 64  # classes whose prompts are encoded together: bounds the text features held at once
 

@@ -12,7 +12,7 @@ from typing import Callable, Literal, Protocol, Sequence
 
 import numpy as np
 
-from data_schemas.config import check_choices, check_ranges
+from data_schemas.config import check_choices, check_ranges, unkeyed
 
 
 @dataclass
@@ -43,11 +43,11 @@ class GroundingConfig:
     config_file: str | None = None  # groundingdino: model config .py
     bert_dir: str | None = None  # groundingdino: local BERT directory (text encoder + tokenizer)
     model_dir: str | None = None  # hf: save_pretrained directory
-    device: str = "cpu"
+    device: str = unkeyed("cpu")  # unkeyed: where and how the work runs (the key, the shard fingerprint)
     half: bool = True  # fp16 autocast on CUDA
-    batch_size: int = 8
+    batch_size: int = unkeyed(8)
     max_boxes_per_phrase: int = 5
-    shard_size: int = 500  # images per shard (one Parquet part each; the flow maps shards over workers)
+    shard_size: int = unkeyed(500)  # images per shard (one Parquet part each; the flow maps shards over workers)
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):

@@ -3,7 +3,6 @@ image (``regions`` + ``errors``); the images checked against the captions table'
 row, the model checked on a plain image before a whole shard's failure is blamed on it."""
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Iterable
 
@@ -84,13 +83,12 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
                 errors += e
         return {"regions": regions, "errors": errors}
 
-    conf = {k: v for k, v in asdict(cfg).items() if k not in ("device", "batch_size", "shard_size")}
     ver = closure_version(*code_roots(cfg.backend))
     if inputs is None:
         inputs = content_hash([[images[i]["captions"] for i in image_ids], scene_graphs,
                                sorted((instances or {}).items()), sorted(by_official.items())])
     return run_sharded(image_ids, cfg.shard_size, {"regions": out / "regions", "errors": out / "errors"}, shard,
-                       config=conf, version=ver, progress=progress, only=only, finalize=finalize, reuse=reuse,
+                       config=cfg, version=ver, progress=progress, only=only, finalize=finalize, reuse=reuse,
                        inputs=inputs, replaces={"errors": only_stage("ground")})
 
 

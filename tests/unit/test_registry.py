@@ -13,7 +13,8 @@ from data_schemas import provenance
 from data_schemas.provenance import module_closure
 from flows.config import key_of, load_config
 from flows.registry import BY_NAME, ORDER, STAGES, topological
-from flows.stage import Stage, roots, stage_key
+from flows.stage import Stage, code_roots, roots, stage_key
+from tests_support import downstream_of, section_of, simulated_keys
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,49 +55,19 @@ def test_no_module_list_is_kept_by_hand_and_every_code_root_exists():
             assert importlib.util.find_spec(root) is not None, (stage.name, root)
 
 
-def section_of(stage: Stage, cfg):
-    return cfg.train.runs["macco"].config if stage.name == "train" else getattr(cfg, stage.section)
-
-
-def simulated_keys(cfg) -> dict[str, str]:
-    """Every stage's key on a simulated run: each output's content hash a function of its writer's key (as if a
-    changed stage wrote changed content), each stage reading those."""
-    content: dict[str, list] = {"source": ["user data"]}
-    keys = {}
-    for stage in ORDER:
-        reads = [content.get(r.rstrip("?")) for r in stage.reads]
-        keys[stage.name] = stage_key(stage, reads, section_of(stage, cfg))
-        for w in stage.writes:
-            content.setdefault(w, []).append(key_of(stage.name, keys[stage.name], w))
-    return keys
-
-
-def downstream_of(names: set[str]) -> set[str]:
-    """The stages that read (transitively) what ``names`` write."""
-    out, grew = set(names), True
-    while grew:
-        grew = False
-        for stage in ORDER:
-            writes = {w for s in ORDER if s.name in out for w in s.writes}
-            if stage.name not in out and writes & {r.rstrip("?") for r in stage.reads}:
-                out.add(stage.name)
-                grew = True
-    return out
-
-
 @pytest.mark.parametrize("config", ["demo.yaml", "coco-vitb32.yaml"])
 def test_a_byte_changed_in_any_module_changes_the_keys_of_the_stages_running_it_and_downstream_only(
         config, monkeypatch):
     cfg = load_config(REPO / "configs" / config)
-    closures = {s.name: set(module_closure(*s.code(section_of(s, cfg)))) for s in ORDER}
-    sources = {m: provenance.module_source(m) for c in closures.values() for m in c}
-    changed_module = {"name": None}
-    monkeypatch.setattr(provenance, "module_source", lambda name: sources[name] + (
-        b"\n# one more line\n" if name == changed_module["name"] else b""))
+    closures = {s.name: set(module_closure(*code_roots(s, section_of(s, cfg)))) for s in ORDER}
+    paths = {m: provenance.module_path(m) for c in closures.values() for m in c}
+    real, changed = provenance.source_bytes, {"path": None}
+    monkeypatch.setattr(provenance, "source_bytes", lambda path: real(path) + (
+        b"\n# one more line\n" if path == changed["path"] else b""))
     base = simulated_keys(cfg)
     assert len(set(base.values())) == len(base)
-    for module in sorted(sources):
-        changed_module["name"] = module
+    for module in sorted(paths):
+        changed["path"] = paths[module]
         keys = simulated_keys(cfg)
         running = {n for n, c in closures.items() if module in c}
         assert {n for n in keys if keys[n] != base[n]} == downstream_of(running), module
