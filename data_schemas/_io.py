@@ -235,14 +235,21 @@ class ShardedTableWriter:
             return _finalize(self.spec, self.partial, self.out_dir, config, code_version, extra, replaces)
 
 
+def lock_file(target: Path, role: str) -> Path:
+    """The one lock-file convention: ``.<name>.<role>.lock`` beside what it locks. ``output``: a stage's output
+    (folder or table) held by the runner while it decides about it and writes it (``flows.runner.output_lock``);
+    ``manifest``: a table's manifest, held while one writer reads it and writes the next (``table_lock``)."""
+    return Path(target).with_name(f".{Path(target).name}.{role}.lock")
+
+
 @contextmanager
 def table_lock(out_dir: Path):
-    """An exclusive lock (``flock`` on ``.<name>.lock`` beside the table) held while a writer reads the manifest
+    """An exclusive lock (``flock`` on ``lock_file(out_dir, "manifest")``) held while a writer reads the manifest
     and writes the next one: concurrent appenders, in threads or processes, take turns and keep every row."""
     import fcntl
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(out_dir.with_name(f".{out_dir.name}.lock"), "a") as f:
+    with open(lock_file(out_dir, "manifest"), "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield  # closing the file releases the lock
 

@@ -16,10 +16,10 @@ DECLARED = "DATA_FILES"  # the module-level name declaring the data files a modu
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
 
 
-def module_path(name: str, repo: Path = REPO) -> Path | None:
+def module_path(name: str) -> Path | None:
     """The source file of module ``name`` (dotted) in this repository's packages, or None (a third-party module,
     or a symbol imported from a module)."""
-    parts = name.split(".")
+    parts, repo = name.split("."), REPO
     if not parts[0] or not (repo / parts[0] / "__init__.py").is_file():
         return None
     base = repo.joinpath(*parts)

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from data_schemas import TABLES, InputFileError, TableError, refuse_unreadable, replace_file, verify_table
+from data_schemas import (TABLES, InputFileError, TableError, lock_file, refuse_unreadable, replace_file,
+                          verify_table)
 from data_schemas.checks import STAGE_RECORD, recorded_difference
 from data_schemas.config import ConfigError, safe_name
 from flows.catalog import Catalog
@@ -274,11 +275,9 @@ class Runner:
         key = stage_key(stage, read_hashes, section, extras)
         out = Path(out) if out is not None else self.stage_dir(stage.name, key, label)
         call = Call(section, inputs, out, key, log=self.log, label=label, extra=extra or {})
-        locks = self.art / ".locks"
         refuse_links(out, self.art)  # a stage folder (or one above it) that is a link: one line, nothing followed
-        refuse_links(locks, self.art)
         check_writable(out)  # before any work (a read-only artifacts folder: one line, nothing computed)
-        with output_lock(locks / f"{out.parent.name}-{out.name}.lock", out):
+        with output_lock(lock_file(out, "output"), out):
             if not stage.cached:  # written every time (the report)
                 return self._execute(stage, call, True)
             run, refresh = self.prepare(stage.name, out)
@@ -370,9 +369,8 @@ def run_in_folder(stage: str, section: Any, inputs: Catalog, out: str | Path | N
                                extra=extra or {}))
     out = Path(out)
     targets = check_outputs(record, out)
-    with ExitStack() as stack:  # the lock files sit beside the output folder (nothing is created in it first)
+    with ExitStack() as stack:  # each lock file beside what it locks: the folder, or each table in it
         for t in targets:
-            name = f".{out.name}.writer.lock" if t == out else f".{out.name}.{t.name}.writer.lock"
-            stack.enter_context(output_lock(out.parent / name, t))
+            stack.enter_context(output_lock(lock_file(t, "output"), t))
         return record.run(Call(section, inputs, out, "", log=log, on_row=on_row, progress=progress, label=label,
                                extra=extra or {}))

@@ -49,7 +49,7 @@ def test_a_second_writer_of_a_stage_fails_with_a_message(harness, tmp_path):
     c = load_config(cfg)
     key = stage_key(BY_NAME["world"], [], c.world)
     art = Path(c.artifacts)
-    lock = art / ".locks" / f"world-{key}.lock"
+    lock = art / "world" / f".{key}.output.lock"
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from pathlib import Path; from flows.runner import output_lock\n"
         f"with output_lock(Path({str(lock)!r}), Path({str(art / 'world' / key)!r})):\n"
@@ -116,7 +116,7 @@ def test_read_only_outputs_are_one_line_before_any_work(world, tmp_path, capsys,
 
 
 def test_a_link_at_a_lock_path_is_refused_and_its_target_left_alone(tmp_path):
-    """#48: `ln -sf /tmp/victim artifacts/.locks/parse-KEY.lock`, then a run: the victim held `pid … since …`. A
+    """#48: `ln -sf /tmp/victim artifacts/parse/.KEY.output.lock`, then a run: the victim held `pid … since …`. A
     hard link and a FIFO at the lock path are refused as well (never written into, never waited on)."""
     from data_schemas import InputFileError
     from flows.catalog import Catalog
@@ -128,7 +128,7 @@ def test_a_link_at_a_lock_path_is_refused_and_its_target_left_alone(tmp_path):
     runner = Runner(art, ["world"], log=lambda line: None)
     first = runner.run(counting_stage(calls), {"seed": 0}, Catalog())  # finds the key and the lock's name
     out = Path(first["dir"])
-    lock = art / ".locks" / f"{out.parent.name}-{out.name}.lock"
+    lock = out.with_name(f".{out.name}.output.lock")
     lock.unlink()
     lock.symlink_to(victim)
     with pytest.raises(InputFileError, match=rf"{lock}: the lock file is a symbolic link \(to {victim}\)"):

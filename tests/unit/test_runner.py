@@ -98,7 +98,7 @@ def test_two_macco_train_into_one_out_dir_the_second_fails_at_once(tmp_path, cap
 
     out = tmp_path / "run"
     (tmp_path / "t.yaml").write_text(yaml.safe_dump({"train": {"arch": "macco-micro", "out_dir": str(out)}}))
-    holder = hold_lock(tmp_path / ".run.writer.lock", out)
+    holder = hold_lock(tmp_path / ".run.output.lock", out)
     try:
         assert main(["train", "--config", str(tmp_path / "t.yaml")]) == 2
         err = without_logging_errors(capsys.readouterr().err)
@@ -136,14 +136,14 @@ def test_a_results_table_that_is_a_file_is_refused_and_left_alone(tmp_path):
 
 
 def test_a_verb_writes_only_into_its_out_folder(world, tmp_path):
-    """The lock files sit beside the --out folder; the tables inside it; nothing elsewhere."""
+    """The tables and their lock files inside the --out folder; nothing elsewhere."""
     from flows.catalog import Catalog
     from pipeline.captions_stage import CaptionsConfig
 
     before = set(tmp_path.iterdir())
     run_in_folder("captions", CaptionsConfig(root=str(world)), Catalog(), tmp_path / "T", log=lambda line: None)
     new = set(tmp_path.iterdir()) - before
-    assert {p.name for p in new} <= {"T", ".T.captions.writer.lock", ".T.official.writer.lock"}
+    assert {p.name for p in new} == {"T"}
     assert sorted(p.name for p in (tmp_path / "T").iterdir() if not p.name.startswith(".")) == ["captions", "errors"]
 
 
