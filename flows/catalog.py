@@ -101,7 +101,8 @@ def folder_catalog(tables: dict[str, Path | list[Path]], **entries: dict) -> Cat
     cat = Catalog(dict(entries))
     for name, paths in tables.items():
         if name == "eval_results":  # the history: every table of it found, read as one
-            cat.entries[name] = {"kind": "table", "dir": list(paths), "content_hash": None, "rows": None}
+            dirs = paths if isinstance(paths, list) else [paths]
+            cat.entries[name] = {"kind": "table", "dir": dirs, "content_hash": None, "rows": None}
             continue
         for i, d in enumerate(paths if isinstance(paths, list) else [paths]):
             e = table_entry(read_manifest(d, name), d)

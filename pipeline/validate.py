@@ -27,8 +27,9 @@ def discover_tables(path: str | Path) -> dict[str, Path | list[Path]]:
     ``eval_results`` tables are history: every one found is kept (a list), so the view is the whole history.
     """
     path = Path(path)
-    if (path / MANIFEST).exists():
-        return {_table_of(path / MANIFEST): path}
+    if (path / MANIFEST).exists():  # one table's folder (the history: a list, as a root gives it)
+        name = _table_of(path / MANIFEST)
+        return {name: [path] if name == "eval_results" else path}
     found: dict[str, tuple[str, Path]] = {}
     errors: dict[str, tuple[str, Path]] = {}
     history: list[Path] = []
