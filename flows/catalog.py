@@ -5,6 +5,7 @@ table per stage that writes one). Built by the flow from the manifests, or by a 
 the folders it is given."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -111,3 +112,42 @@ def folder_catalog(tables: dict[str, Path | list[Path]], **entries: dict) -> Cat
             else:
                 cat.entries[name] = e
     return cat
+
+
+# ---- a stage record's paths, relative to the artifacts root ------------------------------------------------------
+ROOT_MARK = "$ARTIFACTS"  # stands for the artifacts root in a stored stage record (stage.json)
+
+
+def portable(obj: Any, root: str | Path) -> Any:
+    """``obj`` (a stage record) with every path under ``root`` written as ``$ARTIFACTS/<relative path>``: a copied or
+    moved artifacts folder names its own tables, never the original's (which it would serve as Cached). Paths
+    outside it (a user's COCO root) stay as they are."""
+    given = str(root)
+    bases = {os.path.abspath(given), os.path.realpath(given)}
+
+    def one(s: str) -> str:
+        if not (os.path.isabs(s) or s == given or s.startswith(given.rstrip(os.sep) + os.sep)):
+            return s  # not a path (a source name, a hash) or a relative path elsewhere
+        for base in bases:
+            full = os.path.abspath(s)
+            if full == base or full.startswith(base.rstrip(os.sep) + os.sep):
+                return ROOT_MARK + full[len(base.rstrip(os.sep)):]
+        return s
+
+    return _walk(obj, one)
+
+
+def located(obj: Any, root: str | Path) -> Any:
+    """``portable``'s inverse: ``$ARTIFACTS/...`` as a path under ``root`` (the folder the record is read in)."""
+    return _walk(obj, lambda s: str(Path(root) / s[len(ROOT_MARK) + 1:]) if s.startswith(ROOT_MARK + "/")
+                 else str(root) if s == ROOT_MARK else s)
+
+
+def _walk(obj: Any, fn) -> Any:
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {fn(k) if isinstance(k, str) else k: _walk(v, fn) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_walk(v, fn) for v in obj]
+    return obj
