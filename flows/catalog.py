@@ -46,6 +46,11 @@ class Catalog:
     def hashes(self, names: tuple[str, ...]) -> list:
         return [self.hash(n) for n in names]
 
+    def lineage(self) -> dict[str, str]:
+        """{name: content hash} of what the catalog holds (not ``errors``: several stages write it): what the tables a
+        stage writes from it record as their ``inputs`` (``data_schemas.made_from``)."""
+        return {n: e["content_hash"] for n, e in self.entries.items() if isinstance(e.get("content_hash"), str)}
+
     def subset(self, names: tuple[str, ...]) -> "Catalog":
         """The entries a stage reads (its ``reads``; optional ones when present)."""
         plain = [n.rstrip("?") for n in names]
@@ -96,9 +101,12 @@ def table_entry(manifest: dict, path: str | Path) -> dict:
 
 def folder_catalog(tables: dict[str, Path | list[Path]], **entries: dict) -> Catalog:
     """The catalog of tables found in a user's folders (``pipeline.validate.discover_tables``) plus ``entries``
-    (e.g. ``images``: the image root a verb is given): what a ``macco`` verb hands the stage it runs."""
+    (e.g. ``images``: the image root a verb is given): what a ``macco`` verb hands the stage it runs; tables made
+    from a world that ``images`` no longer holds are refused (``pipeline.lineage.check_world``)."""
     from data_schemas import read_manifest
+    from pipeline.lineage import check_world
 
+    check_world(tables, entries.get("images", {}).get("dir"))  # a world regenerated since the tables: refused
     cat = Catalog(dict(entries))
     for name, paths in tables.items():
         if name == "eval_results":  # the history: every table of it found, read as one

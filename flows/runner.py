@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from data_schemas import TABLES, InputFileError, TableError, refuse_unreadable, replace_file, verify_table
+from data_schemas import (TABLES, InputFileError, TableError, made_from, refuse_unreadable, replace_file,
+                          verify_table)
 from data_schemas.checks import STAGE_RECORD, recorded_difference
 from data_schemas.config import ConfigError, safe_name
 from flows.catalog import Catalog, located, portable
@@ -211,7 +212,8 @@ def complete(stage: Stage, call: Call) -> dict:
     if stage.cached and stage_done(call.out, call.log):
         call.log(f"already done at {call.out}: read back, not recomputed")
         return read_stage(call.out)
-    body = stage.run(call)
+    with made_from(call.inputs.lineage()):  # each table it writes records what it was made from
+        body = stage.run(call)
     return write_stage(call.out, {"stage": stage.name, "key": call.key, "dir": str(call.out), **body})
 
 
@@ -381,5 +383,6 @@ def run_in_folder(stage: str, section: Any, inputs: Catalog, out: str | Path | N
         for t in targets:
             name = f".{out.name}.writer.lock" if t == out else f".{out.name}.{t.name}.writer.lock"
             stack.enter_context(output_lock(out.parent / name, t))
-        return record.run(Call(section, inputs, out, "", log=log, on_row=on_row, progress=progress, label=label,
-                               extra=extra or {}))
+        with made_from(inputs.lineage()):
+            return record.run(Call(section, inputs, out, "", log=log, on_row=on_row, progress=progress, label=label,
+                                   extra=extra or {}))

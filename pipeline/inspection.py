@@ -52,8 +52,18 @@ def refresh_duckdb(root: str | Path) -> Path | None:
     name fixed part files, so a new evaluation or a new stage's tables would not show in it otherwise."""
     from pipeline.validate import discover_tables
 
+    import sys
+
+    from pipeline.lineage import LineageError
+
     db = Path(root) / DUCKDB_FILE
-    return write_duckdb(discover_tables(root), db) if db.is_file() else None
+    if not db.is_file():
+        return None
+    try:
+        return write_duckdb(discover_tables(root), db)
+    except LineageError as exc:  # the results are written; only the views wait for one consistent run
+        print(f"{db} not refreshed: {exc}", file=sys.stderr)
+        return None
 
 
 def summarize(tables: dict) -> dict:
