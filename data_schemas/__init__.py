@@ -8,8 +8,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 
-from ._io import (ROWS_PER_PART, ShardedTableWriter, append_table, apply_umask, lock_file, replace_file, table_lock,
-                  temp_name, write_table)
+from ._io import (ROWS_PER_PART, ShardedTableWriter, append_table, apply_umask, lock_file, made_from, replace_file,
+                  table_lock, temp_name, write_table)
 from ._read import is_complete, read_manifest, read_table, refuse_unreadable, table_files, verify_table
 from ._spec import Check, InputFileError, TableError, TableSpec, load_json
 
@@ -39,6 +39,6 @@ class _Tables(Mapping):
 TABLES: Mapping[str, TableSpec] = _Tables()
 
 __all__ = ["TABLES", "TABLE_NAMES", "table_module", "Check", "TableSpec", "TableError", "InputFileError",
-           "ShardedTableWriter", "write_table", "lock_file", "ROWS_PER_PART", "append_table", "table_lock", "read_table",
+           "ShardedTableWriter", "write_table", "lock_file", "made_from", "ROWS_PER_PART", "append_table", "table_lock", "read_table",
            "read_manifest", "is_complete", "verify_table", "refuse_unreadable", "table_files", "apply_umask",
            "load_json", "replace_file", "temp_name"]

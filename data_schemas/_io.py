@@ -19,6 +19,7 @@ import shutil
 import time
 import uuid
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -104,6 +105,21 @@ def _carried_rows(spec: TableSpec, out_dir: Path, replaces: dict[str, Iterable] 
     return old.filter(keep)
 
 
+_MADE_FROM: ContextVar[dict | None] = ContextVar("macco_made_from", default=None)
+
+
+@contextmanager
+def made_from(inputs: dict[str, str]):
+    """Every table written inside records ``inputs`` ({name: content hash} of the tables, world or source its stage
+    read) in its manifest as ``inputs``: its lineage, by which the verbs keep one run's tables together and refuse
+    a table whose input changed under it (``pipeline.lineage``). Set by the runner around a stage's work."""
+    token = _MADE_FROM.set(dict(inputs))
+    try:
+        yield
+    finally:
+        _MADE_FROM.reset(token)
+
+
 def _finalize(spec: TableSpec, staging: Path, out_dir: Path, config: dict | None, code_version: str,
               extra: dict | None = None, replaces: dict[str, Iterable] | None = None) -> dict:
     carried = _carried_rows(spec, out_dir, replaces)
@@ -127,6 +143,8 @@ def _finalize(spec: TableSpec, staging: Path, out_dir: Path, config: dict | None
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **(extra or {}),
     }
+    if _MADE_FROM.get() is not None or "inputs" in manifest:  # its lineage (``made_from``); absent: not recorded
+        manifest["inputs"] = {**(_MADE_FROM.get() or {}), **manifest.get("inputs", {})}
     replace_file(staging / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True)))
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     refuse_unreadable(out_dir)

@@ -52,8 +52,14 @@ def _dirs(paths) -> list:
     return paths if isinstance(paths, list) else [paths]
 
 
-def _sql_list(files: list[Path]) -> str:
-    return "[" + ", ".join("'" + str(Path(f).resolve()).replace("'", "''") + "'" for f in files) + "]"
+def _sql_list(files: list[Path], base: str | Path | None = None) -> str:
+    """SQL list literal of ``files``: absolute paths, or relative to ``base`` (the folder of a DuckDB file whose
+    views travel with it: DuckDB resolves them against its working directory or ``file_search_path``)."""
+    import os
+
+    paths = [str(Path(f).resolve()) if base is None else os.path.relpath(Path(f).resolve(), Path(base).resolve())
+             for f in files]
+    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
 
 def _legacy() -> dict:
@@ -76,25 +82,26 @@ def _spec_of(name: str, d) -> TableSpec:
     return _legacy()[version][0] if version is not None else TABLES[name]
 
 
-def parquet_listing(name: str, paths: str | Path | list) -> str:
-    """SQL list literal of the validated part files of one table (one or several directories)."""
-    return _sql_list([f for d in _dirs(paths) for f in table_files(TABLES[name], d)])
+def parquet_listing(name: str, paths: str | Path | list, base: str | Path | None = None) -> str:
+    """SQL list literal of the validated part files of one table (one or several directories); ``_sql_list``."""
+    return _sql_list([f for d in _dirs(paths) for f in table_files(TABLES[name], d)], base)
 
 
-def view_sql(name: str, paths: str | Path | list) -> str:
-    """The select a table's view runs: its validated part files; for ``eval_results`` also the tables written
-    in an earlier schema version, mapped onto the current columns (the history keeps every row)."""
+def view_sql(name: str, paths: str | Path | list, base: str | Path | None = None) -> str:
+    """The select a table's view runs: its validated part files (relative to ``base`` when given); for
+    ``eval_results`` also the tables written in an earlier schema version, mapped onto the current columns (the
+    history keeps every row)."""
     if name != "eval_results":
-        return f"select * from read_parquet({parquet_listing(name, paths)})"
+        return f"select * from read_parquet({parquet_listing(name, paths, base)})"
     legacy = _legacy()
     by_version: dict = {}
     for d in _dirs(paths):
         by_version.setdefault(_version_of(name, d), []).append(d)
-    selects = [f"select * from read_parquet({parquet_listing(name, by_version.pop(None))})"] \
+    selects = [f"select * from read_parquet({parquet_listing(name, by_version.pop(None), base)})"] \
         if None in by_version else []
     for version, dirs in sorted(by_version.items()):
         spec, select, _ = legacy[version]
-        selects.append(select(_sql_list([f for d in dirs for f in table_files(spec, d)])))
+        selects.append(select(_sql_list([f for d in dirs for f in table_files(spec, d)], base)))
     return " union all by name ".join(selects)
 
 
@@ -104,9 +111,9 @@ def table_paths(tables: dict[str, str | Path | list]) -> list[Path]:
             for f in table_files(_spec_of(name, d), d)]
 
 
-def create_views(con, tables: dict[str, str | Path | list]) -> None:
+def create_views(con, tables: dict[str, str | Path | list], base: str | Path | None = None) -> None:
     for name, paths in tables.items():
-        con.execute(f"create or replace view {name} as {view_sql(name, paths)}")
+        con.execute(f"create or replace view {name} as {view_sql(name, paths, base)}")
 
 
 STAGE_RECORD = "stage.json"  # what a flow stage writes beside its tables (flows.runner): each table's rows and hash

@@ -5,6 +5,7 @@ table per stage that writes one). Built by the flow from the manifests, or by a 
 the folders it is given."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -44,6 +45,11 @@ class Catalog:
 
     def hashes(self, names: tuple[str, ...]) -> list:
         return [self.hash(n) for n in names]
+
+    def lineage(self) -> dict[str, str]:
+        """{name: content hash} of what the catalog holds (not ``errors``: several stages write it): what the tables a
+        stage writes from it record as their ``inputs`` (``data_schemas.made_from``)."""
+        return {n: e["content_hash"] for n, e in self.entries.items() if isinstance(e.get("content_hash"), str)}
 
     def subset(self, names: tuple[str, ...]) -> "Catalog":
         """The entries a stage reads (its ``reads``; optional ones when present)."""
@@ -95,13 +101,17 @@ def table_entry(manifest: dict, path: str | Path) -> dict:
 
 def folder_catalog(tables: dict[str, Path | list[Path]], **entries: dict) -> Catalog:
     """The catalog of tables found in a user's folders (``pipeline.validate.discover_tables``) plus ``entries``
-    (e.g. ``images``: the image root a verb is given): what a ``macco`` verb hands the stage it runs."""
+    (e.g. ``images``: the image root a verb is given): what a ``macco`` verb hands the stage it runs; tables made
+    from a world that ``images`` no longer holds are refused (``pipeline.lineage.check_world``)."""
     from data_schemas import read_manifest
+    from pipeline.lineage import check_world
 
+    check_world(tables, entries.get("images", {}).get("dir"))  # a world regenerated since the tables: refused
     cat = Catalog(dict(entries))
     for name, paths in tables.items():
         if name == "eval_results":  # the history: every table of it found, read as one
-            cat.entries[name] = {"kind": "table", "dir": list(paths), "content_hash": None, "rows": None}
+            dirs = paths if isinstance(paths, list) else [paths]
+            cat.entries[name] = {"kind": "table", "dir": dirs, "content_hash": None, "rows": None}
             continue
         for i, d in enumerate(paths if isinstance(paths, list) else [paths]):
             e = table_entry(read_manifest(d, name), d)
@@ -110,3 +120,42 @@ def folder_catalog(tables: dict[str, Path | list[Path]], **entries: dict) -> Cat
             else:
                 cat.entries[name] = e
     return cat
+
+
+# ---- a stage record's paths, relative to the artifacts root ------------------------------------------------------
+ROOT_MARK = "$ARTIFACTS"  # stands for the artifacts root in a stored stage record (stage.json)
+
+
+def portable(obj: Any, root: str | Path) -> Any:
+    """``obj`` (a stage record) with every path under ``root`` written as ``$ARTIFACTS/<relative path>``: a copied or
+    moved artifacts folder names its own tables, never the original's (which it would serve as Cached). Paths
+    outside it (a user's COCO root) stay as they are."""
+    given = str(root)
+    bases = {os.path.abspath(given), os.path.realpath(given)}
+
+    def one(s: str) -> str:
+        if not (os.path.isabs(s) or s == given or s.startswith(given.rstrip(os.sep) + os.sep)):
+            return s  # not a path (a source name, a hash) or a relative path elsewhere
+        for base in bases:
+            full = os.path.abspath(s)
+            if full == base or full.startswith(base.rstrip(os.sep) + os.sep):
+                return ROOT_MARK + full[len(base.rstrip(os.sep)):]
+        return s
+
+    return _walk(obj, one)
+
+
+def located(obj: Any, root: str | Path) -> Any:
+    """``portable``'s inverse: ``$ARTIFACTS/...`` as a path under ``root`` (the folder the record is read in)."""
+    return _walk(obj, lambda s: str(Path(root) / s[len(ROOT_MARK) + 1:]) if s.startswith(ROOT_MARK + "/")
+                 else str(root) if s == ROOT_MARK else s)
+
+
+def _walk(obj: Any, fn) -> Any:
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {fn(k) if isinstance(k, str) else k: _walk(v, fn) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_walk(v, fn) for v in obj]
+    return obj

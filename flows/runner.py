@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from data_schemas import (TABLES, InputFileError, TableError, lock_file, refuse_unreadable, replace_file,
-                          verify_table)
+from data_schemas import (TABLES, InputFileError, TableError, lock_file, made_from, refuse_unreadable,
+                          replace_file, verify_table)
 from data_schemas.checks import STAGE_RECORD, recorded_difference
 from data_schemas.config import ConfigError, safe_name
-from flows.catalog import Catalog
+from flows.catalog import Catalog, located, portable
 from flows.registry import BY_NAME, ORDER, STAGES
 from flows.stage import Call, Stage, _print, stage_key
 
@@ -63,7 +63,13 @@ def read_stage(d: str | Path) -> dict:
                          "(the runner redoes it)") from exc
     if not isinstance(m, dict):
         raise TableError(f"{path}: the stage record is damaged (a JSON object expected); rerun the stage")
-    return m
+    return located(m, _root_of(d))
+
+
+def _root_of(d: str | Path) -> Path:
+    """The artifacts root of a stage folder (``<root>/<stage>/<key>``, ``<root>/runs/<name>-<key>``): the record's
+    paths are stored relative to it (``flows.catalog.portable``), so a copied ``artifacts/`` names its own files."""
+    return Path(d).parent.parent
 
 
 def stage_done(d: str | Path, log: Callable[[str], None] | None = None) -> bool:
@@ -103,12 +109,13 @@ def _file_as_written(path: str, size: int | None) -> bool:
 
 
 def write_stage(d: Path, manifest: dict) -> dict:
-    """Write ``stage.json`` atomically; the size of every file it lists is recorded (``file_bytes``)."""
+    """Write ``stage.json`` atomically, its paths relative to the artifacts root; the size of every file it lists is
+    recorded (``file_bytes``)."""
     if manifest.get("files"):
         manifest = {**manifest, "file_bytes": {f: Path(f).stat().st_size for f in manifest["files"]}}
     d.mkdir(parents=True, exist_ok=True)
-    replace_file(d / STAGE_FILE, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True,
-                                                                      default=str)))
+    stored = portable(json.loads(json.dumps(manifest, default=str)), _root_of(d))
+    replace_file(d / STAGE_FILE, lambda tmp: tmp.write_text(json.dumps(stored, indent=2, sort_keys=True)))
     return manifest
 
 
@@ -205,7 +212,8 @@ def complete(stage: Stage, call: Call) -> dict:
     if stage.cached and stage_done(call.out, call.log):
         call.log(f"already done at {call.out}: read back, not recomputed")
         return read_stage(call.out)
-    body = stage.run(call)
+    with made_from(call.inputs.lineage()):  # each table it writes records what it was made from
+        body = stage.run(call)
     return write_stage(call.out, {"stage": stage.name, "key": call.key, "dir": str(call.out), **body})
 
 
@@ -372,5 +380,6 @@ def run_in_folder(stage: str, section: Any, inputs: Catalog, out: str | Path | N
     with ExitStack() as stack:  # each lock file beside what it locks: the folder, or each table in it
         for t in targets:
             stack.enter_context(output_lock(lock_file(t, "output"), t))
-        return record.run(Call(section, inputs, out, "", log=log, on_row=on_row, progress=progress, label=label,
-                               extra=extra or {}))
+        with made_from(inputs.lineage()):
+            return record.run(Call(section, inputs, out, "", log=log, on_row=on_row, progress=progress, label=label,
+                                   extra=extra or {}))

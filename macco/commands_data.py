@@ -82,6 +82,8 @@ def add_parsers(sub) -> None:
     sm.add_argument("--model", help="architecture whose patch grid and tokenizer to draw (default: the one grid the "
                     "patch_masks table holds; needed when it holds several)")
     sm.add_argument("--out", type=Path, required=True, help="the PNG to write")
+    sm.add_argument("--run", metavar="FOLDER", help="where TABLES holds tables of several runs (different lineage): "
+                    "the run with tables under FOLDER (default: the newest, said in one line)")
     sm.set_defaults(fn=cmd_show_masks)
 
 
@@ -310,10 +312,12 @@ def _print_errors(manifest: dict, errors_dir: Path) -> None:
 def cmd_show_masks(args) -> int:
     from data_schemas import TableError
     from pipeline.patches import geometry_for
+    from pipeline.lineage import check_world
     from pipeline.show import show_masks
     from pipeline.validate import discover_tables
 
-    tables = discover_tables(args.tables)
+    tables = discover_tables(args.tables, args.run)
+    check_world(tables, args.images)  # tables made from a world regenerated since: one line, nothing drawn
     missing = [t for t in ("captions", "scene_graphs") if t not in tables]
     if missing:
         raise TableError(f"{args.tables}: no complete {' or '.join(missing)} table under it (run macco captions and "

@@ -14,11 +14,15 @@ def add_parsers(sub) -> None:
                    '\'{"min_text_mask_coverage": 0.8}\'')
     v.add_argument("--deep", action="store_true", help="first re-hash every part against its manifest (trusting "
                    "no size or mtime) and name the table and part that changed")
+    v.add_argument("--run", metavar="FOLDER", help="where PATH holds tables of several runs (different lineage): the "
+                   "run with tables under FOLDER (default: the newest, said in one line)")
     v.set_defaults(fn=cmd_validate)
 
     i = sub.add_parser("inspect", help="summarise the tables and write macco.duckdb with a view per table")
     i.add_argument("path", type=Path)
     i.add_argument("--db", help="duckdb file to write (default PATH/macco.duckdb)")
+    i.add_argument("--run", metavar="FOLDER", help="where PATH holds tables of several runs (different lineage): the "
+                   "run with tables under FOLDER (default: the newest, said in one line)")
     i.set_defaults(fn=cmd_inspect)
 
     sq = sub.add_parser("sql", help="run a DuckDB query over the tables (the views of macco inspect)",
@@ -33,6 +37,8 @@ def add_parsers(sub) -> None:
     sq.add_argument("--limit", type=int, default=50, help="rows the table shows (default 50; 0: all)")
     sq.add_argument("--timeout", type=float, default=60.0, help="seconds a query may run before it is stopped "
                     "(default 60; 0: no limit)")
+    sq.add_argument("--run", metavar="FOLDER", help="where --root holds tables of several runs (different lineage): "
+                    "the run with tables under FOLDER (default: the newest, said in one line)")
     sq.set_defaults(fn=cmd_sql)
 
     ag = sub.add_parser("agreement", help="our masked words and boxes vs MACCO's released file, on its captions",
@@ -93,7 +99,7 @@ def cmd_validate(args) -> int:
     from pipeline.validate import ValidationFailed, discover_tables, format_results
 
     params = parse_params(args.params)
-    tables = discover_tables(args.path)
+    tables = discover_tables(args.path, args.run)
     try:  # the validate stage's record, as the flow runs it (without a report file: this prints it)
         m = run_in_folder("validate", ValidateConfig(params, deep=args.deep), folder_catalog(tables), None)
         results = [CheckResult(**{**r, "examples": r["examples"].split("; ") if r["examples"] else []})
@@ -118,7 +124,7 @@ def cmd_inspect(args) -> int:
     from pipeline.inspection import DUCKDB_FILE, format_summary, summarize, write_duckdb
     from pipeline.validate import discover_tables
 
-    tables = discover_tables(args.path)
+    tables = discover_tables(args.path, args.run)
     if not tables:
         print(f"macco inspect: no complete tables under {args.path}", file=sys.stderr)
         return 2
@@ -135,7 +141,7 @@ def cmd_sql(args) -> int:
     from pipeline.inspection import QueryRefused, format_rows, query, query_error, write_csv, write_json
     from pipeline.validate import discover_tables
 
-    tables = discover_tables(args.root)
+    tables = discover_tables(args.root, args.run)
     if not tables:
         print(f"macco sql: no complete tables under {args.root}", file=sys.stderr)
         return 2

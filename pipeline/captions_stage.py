@@ -13,6 +13,7 @@ from data_schemas.config import ConfigError, check_choices
 from data_schemas.provenance import closure_version, file_sha256
 from pipeline.shards import only_stage
 from pipeline.sources import Source
+from pipeline.world_scene import world_identity
 
 
 @dataclass
@@ -158,9 +159,11 @@ def captions_stage(cfg: CaptionsConfig, out: Path) -> dict[str, dict]:
         raise ConfigError(f"data.source {cfg.source!r} needs data.{SOURCES[cfg.source].location}")
     read = read_source(cfg, out)
     conf, ver = asdict(cfg), closure_version(__name__)
+    world = world_identity(cfg.root) if cfg.source == "coco" else None  # the synthetic world it was read from
     written = {
         "captions": write_table(TABLES["captions"], out / "captions", TABLES["captions"].from_rows(read.rows),
-                                config=conf, code_version=ver, extra={"summary": read.summary()}),
+                                config=conf, code_version=ver,
+                                extra={"summary": read.summary(), **({"inputs": {"world": world}} if world else {})}),
         "errors": write_table(TABLES["errors"], out / "errors", TABLES["errors"].from_rows(read.errors),
                               config=conf, code_version=ver, replaces=only_stage("captions")),
     }

@@ -25,7 +25,10 @@ DUCKDB_FILE = "macco.duckdb"
 
 
 def write_duckdb(tables: dict, db_path: str | Path) -> Path:
-    """(Re)create ``db_path`` with the views of ``connect`` (in a storage format the ``duckdb`` command reads)."""
+    """(Re)create ``db_path`` with the views of ``connect`` (in a storage format the ``duckdb`` command reads),
+    written beside it and renamed over it (an open ``duckdb`` shell never sees half a file). The views name the part
+    files relative to the file's folder: a copied ``artifacts/`` opens its own tables, never the original's
+    (opened from that folder, or with ``file_search_path`` set to it)."""
     import duckdb
 
     from data_schemas import replace_file
@@ -34,11 +37,11 @@ def write_duckdb(tables: dict, db_path: str | Path) -> Path:
     db_path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(tmp: Path) -> None:
-        con = duckdb.connect()
+        con = duckdb.connect(config={"file_search_path": str(db_path.parent.resolve())})  # the views bind there
         con.execute(f"attach '{str(tmp).replace(chr(39), chr(39) * 2)}' as views "
                     f"(storage_version '{DUCKDB_FILE_STORAGE}')")
         con.execute("use views")
-        create_views(con, tables)
+        create_views(con, tables, base=db_path.parent)
         con.close()
 
     return replace_file(db_path, write)
@@ -49,8 +52,18 @@ def refresh_duckdb(root: str | Path) -> Path | None:
     name fixed part files, so a new evaluation or a new stage's tables would not show in it otherwise."""
     from pipeline.validate import discover_tables
 
+    import sys
+
+    from pipeline.lineage import LineageError
+
     db = Path(root) / DUCKDB_FILE
-    return write_duckdb(discover_tables(root), db) if db.is_file() else None
+    if not db.is_file():
+        return None
+    try:
+        return write_duckdb(discover_tables(root), db)
+    except LineageError as exc:  # the results are written; only the views wait for one consistent run
+        print(f"{db} not refreshed: {exc}", file=sys.stderr)
+        return None
 
 
 def summarize(tables: dict) -> dict:

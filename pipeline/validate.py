@@ -1,8 +1,8 @@
 """The validation gate: DuckDB checks over the mask tables; raises when any check fails."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Callable
 
 from data_schemas import TABLES
 from data_schemas import InputFileError, TableError
@@ -20,38 +20,37 @@ class ValidationFailed(InputFileError):
         super().__init__(f"{len(failed)} check(s) failed:\n  " + "\n  ".join(lines))
 
 
-def discover_tables(path: str | Path) -> dict[str, Path | list[Path]]:
-    """Complete tables under ``path`` ({name: dir}); for a table found more than once, the newest.
+def discover_tables(path: str | Path, run: str | Path | None = None,
+                    note: Callable[[str], None] | None = None) -> dict[str, Path | list[Path]]:
+    """The complete tables of one run under ``path`` ({name: dir}; ``pipeline.lineage``): the run under ``run`` (a
+    folder), else the newest, ``note`` told in one line when there are several; a run whose tables do not belong
+    together is a ``LineageError``.
 
-    ``errors`` tables are written by several stages: the newest of each top-level folder are all kept.
+    ``errors``: every errors table in a folder of the run's tables (several stages write one each).
     ``eval_results`` tables are history: every one found is kept (a list), so the view is the whole history.
     """
+    from pipeline.lineage import check_run, choose, found_table, runs, stderr_note
+
     path = Path(path)
-    if (path / MANIFEST).exists():
-        return {_table_of(path / MANIFEST): path}
-    found: dict[str, tuple[str, Path]] = {}
-    errors: dict[str, tuple[str, Path]] = {}
-    history: list[Path] = []
+    if (path / MANIFEST).exists():  # one table's folder (the history: a list, as a root gives it)
+        name = _table_of(path / MANIFEST)
+        return {name: [path] if name == "eval_results" else path}
+    found, errors, history = [], [], []
     for m in sorted(path.rglob(MANIFEST)):
         if any(part.startswith(".") or part.endswith(".partial") for part in m.relative_to(path).parts[:-1]):
             continue
         name = _table_of(m)
-        if name not in TABLES:
-            continue
-        manifest = json.loads(m.read_text(encoding="utf-8"))
-        stamp = f"{manifest.get('created', '')}|{m.stat().st_mtime_ns:020d}"
         if name == "eval_results":
             history.append(m.parent)
-        elif name == "errors":
-            parts = m.relative_to(path).parts
-            group = parts[0] if len(parts) > 2 else m.parent.name
-            if group not in errors or stamp > errors[group][0]:
-                errors[group] = (stamp, m.parent)
-        elif name not in found or stamp > found[name][0]:
-            found[name] = (stamp, m.parent)
-    out: dict[str, Path | list[Path]] = {k: v[1] for k, v in found.items()}
-    if errors:
-        out["errors"] = [v[1] for _, v in sorted(errors.items())]
+        elif name in TABLES:
+            (errors if name == "errors" else found).append(found_table(m, name))
+    chosen = choose(runs(found), path, run, note or stderr_note)
+    check_run(chosen)
+    out: dict[str, Path | list[Path]] = {n: f.dir for n, f in chosen.items()}
+    folders = {f.dir.parent for f in chosen.values()}
+    kept = [e.dir for e in errors if e.dir.parent in folders or not chosen]
+    if kept:
+        out["errors"] = kept
     if history:
         out["eval_results"] = history
     return out

@@ -51,3 +51,18 @@ def load_scenes(root: str | Path, split: str) -> list[Scene]:
     data = json.loads((Path(root) / f"scenes_{split}.json").read_text())
     return [Scene(d["image_id"], [Shape(s["kind"], s["colour"], s["size"], tuple(s["box"])) for s in d["shapes"]],
                   [Relation(**r) for r in d["relations"]]) for d in data]
+
+
+def world_identity(root: str | Path) -> str | None:
+    """A synthetic world's identity: sha256 of its ``world.json`` (its settings, the seed among them) and its caption
+    files, so a world regenerated into the same folder with another seed or size differs; None for a folder that is
+    not a world. What a captions table made from it records (``inputs.world``) and the verbs check it against."""
+    import hashlib
+
+    root = Path(root)
+    if not (root / "world.json").is_file():
+        return None
+    h = hashlib.sha256()
+    for p in [root / "world.json", *sorted((root / "annotations").glob("captions_*.json"))]:
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()

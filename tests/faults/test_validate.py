@@ -55,3 +55,14 @@ def test_validate_refuses_a_manifest_that_drops_a_part_without_a_stage_record(tm
     (d / "manifest.json").write_text(json.dumps({**m, "parts": m["parts"][:1], "rows": 3}))
     assert main(["validate", str(d)]) == 2
     assert "part_info records part-00001.parquet (3 rows), which parts does not list" in capsys.readouterr().err
+
+
+def test_validate_of_the_history_folder_itself_checks_it(tmp_path, capsys):
+    """#47: `macco validate tiny/eval_results` (the table's own folder, not a root above it) was a TypeError
+    traceback in folder_catalog (the history given as one folder, not the list a root gives)."""
+    from model.benchmarks import EvalConfig, append_results
+    from tests_support import evaluation
+
+    append_results(tmp_path / "eval_results", evaluation("a"), EvalConfig())
+    assert main(["validate", str(tmp_path / "eval_results")]) == 0
+    assert "eval_results" in capsys.readouterr().out

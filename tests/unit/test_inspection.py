@@ -56,7 +56,7 @@ def test_sql_sees_the_views_inspect_writes(world_tables, tmp_path, capsys):
 
     root = str(world_tables["root"])
     assert main(["inspect", root, "--db", str(tmp_path / "m.duckdb")]) == 0
-    con = duckdb.connect(str(tmp_path / "m.duckdb"), read_only=True)
+    con = duckdb.connect(str(tmp_path / "m.duckdb"), read_only=True, config={"file_search_path": str(tmp_path)})
     names = [v for (v,) in con.sql("select view_name from duckdb_views() where not internal").fetchall()]
     counts = {v: con.sql(f"select count(*) from {v}").fetchall()[0][0] for v in names}
     con.close()
@@ -98,8 +98,8 @@ def test_macco_duckdb_follows_new_rows_and_opens_in_the_duckdb_command(artifacts
     duckdb_cli = Path(sys.executable).with_name("duckdb")
 
     def history_rows() -> str:
-        r = subprocess.run([str(duckdb_cli), "-readonly", "-csv", str(db), "-c", "select count(*) from eval_results"],
-                           capture_output=True, text=True)
+        r = subprocess.run([str(duckdb_cli), "-readonly", "-csv", db.name, "-c", "select count(*) from eval_results"],
+                           capture_output=True, text=True, cwd=db.parent)  # its views: relative to its folder
         assert r.returncode == 0, r.stderr
         return r.stdout.split()[-1]
 
@@ -112,3 +112,24 @@ def test_macco_duckdb_follows_new_rows_and_opens_in_the_duckdb_command(artifacts
     append_results(artifacts_cwd / "eval_results", {**res, "eval_id": "e2"}, EvalConfig())
     refresh_duckdb(artifacts_cwd)  # what every flow run and `macco eval --results-table` do
     assert history_rows() == "2"
+
+
+def test_a_copied_artifacts_folder_opens_its_own_tables_in_macco_duckdb(artifacts_cwd, tmp_path, capsys):
+    """#47: macco.duckdb's views named absolute part paths: a copied artifacts/ read the original's tables (or none
+    once the original was gone). Copied after `macco inspect`, the original deleted: the copy's file reads the copy."""
+    import shutil
+    import subprocess
+    import sys
+
+    import duckdb
+
+    assert main(["inspect", str(artifacts_cwd)]) == 0
+    copy = tmp_path / "elsewhere" / "artifacts"
+    shutil.copytree(artifacts_cwd, copy)
+    shutil.rmtree(artifacts_cwd)
+    con = duckdb.connect(str(copy / "macco.duckdb"), read_only=True, config={"file_search_path": str(copy)})
+    assert con.execute("select count(*) from captions").fetchone()[0] > 0
+    con.close()
+    r = subprocess.run([str(Path(sys.executable).with_name("duckdb")), "-readonly", "-csv", "macco.duckdb", "-c",
+                        "select count(*) from patch_masks"], capture_output=True, text=True, cwd=copy)
+    assert r.returncode == 0 and int(r.stdout.split()[-1]) > 0, r.stderr

@@ -242,3 +242,35 @@ def test_a_single_stage_run_without_its_upstream_fails_with_one_line(harness, tm
            "train); run them first" in state.message
     with pytest.raises(StageMissing):
         state.result()
+
+
+def table_stage(calls: list) -> Stage:
+    """A stand-in for a table stage: writes one errors table, counts its runs."""
+    from data_schemas import TABLES, write_table
+    from flows.catalog import table_entry
+    from tests_support import error_rows
+
+    def run(call):
+        calls.append(call.out)
+        m = write_table(TABLES["errors"], call.out / "errors", TABLES["errors"].from_rows(error_rows(2)))
+        return {"outputs": {"errors": table_entry(m, call.out / "errors")}}
+
+    return Stage("captions", "data", (), ("errors",), roots("pipeline.captions_stage"), run)
+
+
+def test_a_copied_artifacts_folder_whose_tables_were_deleted_is_redone_not_served_the_originals(tmp_path):
+    """#47: stage.json named absolute paths, so a copy of artifacts/ (an absolute `artifacts:` setting) whose tables
+    were deleted read the original's and reported every stage Cached. Its paths are relative to artifacts/ now."""
+    import shutil
+
+    calls = []
+    stage = table_stage(calls)
+    m = Runner(tmp_path / "art", ["captions"], log=lambda line: None).run(stage, {"n": 1}, Catalog())
+    assert "$ARTIFACTS/captions/" in (Path(m["dir"]) / STAGE_FILE).read_text()
+    shutil.copytree(tmp_path / "art", tmp_path / "copy")
+    out = tmp_path / "copy" / Path(m["dir"]).relative_to(tmp_path / "art")
+    assert read_stage(out)["outputs"]["errors"]["dir"] == str(out / "errors")  # the copy's own table
+    shutil.rmtree(out / "errors")
+    assert not stage_done(out, lambda line: None)
+    again = Runner(tmp_path / "copy", ["captions"], log=lambda line: None).run(stage, {"n": 1}, Catalog())
+    assert len(calls) == 2 and again["outputs"]["errors"]["dir"] == str(out / "errors") and stage_done(out)

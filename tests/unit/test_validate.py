@@ -13,7 +13,8 @@ def test_cli_validate_and_inspect(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "artifacts")]) == 0
     out = capsys.readouterr().out
     assert "text_mask_coverage: 1.000" in out and "macco.duckdb" in out
-    con = duckdb.connect(str(tmp_path / "artifacts" / "macco.duckdb"), read_only=True)
+    con = duckdb.connect(str(tmp_path / "artifacts" / "macco.duckdb"), read_only=True,
+                         config={"file_search_path": str(tmp_path / "artifacts")})
     assert con.execute("select count(*) from patch_masks").fetchone()[0] == 2
     con.close()
     bad = clean_rows()
