@@ -19,7 +19,8 @@ class InputFileError(ValueError):
 
 
 def load_json(path: str | Path) -> Any:
-    """A JSON input file: missing -> FileNotFoundError, malformed -> InputFileError, both naming the file."""
+    """A JSON input file: missing -> FileNotFoundError; malformed, not UTF-8 or nested too deep -> InputFileError;
+    each naming the file."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: file not found")
@@ -27,6 +28,11 @@ def load_json(path: str | Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise InputFileError(f"{path}: not valid JSON ({exc})") from exc
+    except UnicodeDecodeError as exc:  # a Latin-1 file: the codec's message names no file
+        raise InputFileError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}): "
+                             "save it as UTF-8") from None
+    except RecursionError:  # [[[...]]] thousands deep: the decoder's stack, not a bug of ours
+        raise InputFileError(f"{path}: JSON nested too deep to read") from None
 
 
 class TableError(InputFileError):

@@ -14,6 +14,8 @@ import numpy as np
 
 from data_schemas import InputFileError
 
+from .records import record
+
 
 def load(root: str | Path) -> list[dict]:
     root = Path(root)
@@ -24,10 +26,11 @@ def load(root: str | Path) -> list[dict]:
     for n, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
             continue
-        r = json.loads(line)
-        for f in ("id", "image_0", "image_1", "caption_0", "caption_1"):
-            if f not in r:
-                raise InputFileError(f"{path}: line {n}: missing field {f!r}")
+        try:
+            r = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise InputFileError(f"{path}: line {n}: not a JSON record ({type(exc).__name__})") from None
+        record(r, path, f"line {n}", text=("image_0", "image_1", "caption_0", "caption_1"), numbers=("id",))
         out.append(r)
     return out
 
