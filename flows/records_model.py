@@ -159,6 +159,22 @@ def benchmark_roots(plan) -> tuple[dict, str | None]:
     return roots_, content
 
 
+def _check_evaluate(cfg) -> None:
+    """The evaluation's own inputs, before the first stage of the flow works (not after training): the benchmark
+    roots the config names (each benchmark's input check under each protocol, ``model.benchmarks.check_inputs``)
+    and the Winoground clean-ids file (read on the world too, whose sets the world stage makes)."""
+    from model.benchmarks import check_inputs
+    from model.benchmarks.winoground import load_clean_ids
+
+    ecfg = cfg.evaluate
+    if ecfg.settings.winoground_clean_ids:
+        load_clean_ids(ecfg.settings.winoground_clean_ids)
+    if ecfg.roots:
+        roots_ = dict(ecfg.roots) if ecfg.benchmarks is None else {b: ecfg.roots[b] for b in ecfg.benchmarks}
+        for protocol in ecfg.protocol_list():
+            check_inputs(ecfg.eval_config(roots_, cfg.world_run, protocol), list(roots_))
+
+
 def _evaluate(call: Call) -> dict:
     """The benchmarks, and on the synthetic world the probes; the rows are appended to the ``eval_results``
     history (once the evaluation is complete: a failed one adds nothing). An evaluation stopped after its
@@ -318,7 +334,8 @@ STAGES = (
     Stage("train", "train", (*TRAINING_TABLES, "images"), ("runs",), roots("model.train"), _train,
           after=("validation",), extras=_train_extras, unkeyed=TRAIN_UNKEYED, drive=_drive_train),
     Stage("evaluate", "evaluate", ("runs", "source?", *TRAINING_TABLES, "images"), ("evaluations",), _evaluate_code,
-          _evaluate, unkeyed=("models", "control", "given", "weights", "protocols", "paper"), drive=_drive_evaluate),
+          _evaluate, unkeyed=("models", "control", "given", "weights", "protocols", "paper"), drive=_drive_evaluate,
+          check=_check_evaluate),
     Stage("report", "evaluate", ("evaluations",), ("report",), roots("pipeline.report"), _report,
           drive=_drive_report, cached=False),
 )
