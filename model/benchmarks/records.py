@@ -53,3 +53,4 @@ def record_list(path: Path) -> list:
     if not isinstance(data, list):
         raise InputFileError(f"{path}: a list of records expected, got {type(data).__name__}")
     return data
+

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_schemas import InputFileError
+from data_schemas import InputFileError, read_text
 
 from .records import record
 
@@ -23,7 +23,7 @@ def load(root: str | Path) -> list[dict]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: file not found")
     out = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -40,7 +40,7 @@ def load_clean_ids(path: str | Path) -> list[int]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: Winoground clean-ids file not found")
-    text = path.read_text()
+    text = read_text(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError:

@@ -58,6 +58,9 @@ def test_other_benchmarks_records_of_the_wrong_type_are_one_line(tmp_path):
                                              '"caption_1": "c"}\n')
     with pytest.raises(InputFileError, match=r"examples.jsonl: line 1: field 'caption_0' is '7' \(int\), not text"):
         winoground.load(tmp_path)
+    (tmp_path / "ids.txt").write_bytes(b"12\n\xe9\n")  # a Latin-1 clean-ids file: a UnicodeDecodeError traceback
+    with pytest.raises(InputFileError, match=r"ids.txt: not UTF-8 text \(byte 0xe9 at offset 3\)"):
+        winoground.load_clean_ids(tmp_path / "ids.txt")
     assert vlchecklist._record(["a.jpg", {"POS": ["x"], "NEG": ["y"]}], tmp_path, 0) == ("a.jpg", ["x"], ["y"])
     with pytest.raises(InputFileError, match=r"record 0: NEG: '\[None\]' \(list\), not a list of texts"):
         vlchecklist._record(["a.jpg", {"POS": ["x"], "NEG": [None]}], tmp_path, 0)
