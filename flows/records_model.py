@@ -260,8 +260,9 @@ def _drive_evaluate(stage: Stage, plan, runner) -> dict[str, list[dict]]:
             for run in runs[label]:
                 ev = runner.run(stage, keyed, inputs,
                                 read_hashes=evaluation_reads(run, roots_hash, table_hashes, probes),
-                                label=run["name"], extra={"run": run, "eval_config": eval_cfg, "probe": probe,
-                                                          "history": str(runner.art / HISTORY)})
+                                label=f"{plan.cfg.name}/{run['name']}",  # unique per config in a shared history
+                                extra={"run": run, "eval_config": eval_cfg, "probe": probe,
+                                       "history": str(runner.art / HISTORY)})
                 evals.setdefault(label, []).append({**ev, "protocol": eval_cfg.protocol})
     plan.catalog.entries["evaluations"] = {"kind": "evaluations", "evaluations": evals,
                                            "content_hash": _hash_of(evals)}
