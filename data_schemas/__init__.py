@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from ._io import (ROWS_PER_PART, ShardedTableWriter, append_table, apply_umask, lock_file, made_from, replace_file,
                   table_lock, temp_name, write_table)
 from ._read import is_complete, read_manifest, read_table, refuse_unreadable, table_files, verify_table
-from ._spec import Check, InputFileError, TableError, TableSpec, load_json
+from ._spec import Check, InputFileError, TableError, TableSpec, load_json, read_text
 
 TABLE_NAMES = ("captions", "scene_graphs", "token_masks", "regions", "patch_masks", "errors", "eval_results", "official")
 
@@ -39,6 +39,6 @@ class _Tables(Mapping):
 TABLES: Mapping[str, TableSpec] = _Tables()
 
 __all__ = ["TABLES", "TABLE_NAMES", "table_module", "Check", "TableSpec", "TableError", "InputFileError",
-           "ShardedTableWriter", "write_table", "lock_file", "made_from", "ROWS_PER_PART", "append_table", "table_lock", "read_table",
-           "read_manifest", "is_complete", "verify_table", "refuse_unreadable", "table_files", "apply_umask",
-           "load_json", "replace_file", "temp_name"]
+           "ShardedTableWriter", "write_table", "lock_file", "made_from", "ROWS_PER_PART", "append_table", "table_lock",
+           "read_table", "read_manifest", "is_complete", "verify_table", "refuse_unreadable", "table_files",
+           "apply_umask", "load_json", "read_text", "replace_file", "temp_name"]

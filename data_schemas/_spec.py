@@ -18,15 +18,28 @@ class InputFileError(ValueError):
     line or value. The ``macco`` command prints it as one line (exit 2) instead of a traceback."""
 
 
+def read_text(path: Path) -> str:
+    """A text input file; not UTF-8 (a Latin-1 file: the codec's message names no file) is an ``InputFileError``
+    naming the file and the first bad byte."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputFileError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}): "
+                             "save it as UTF-8") from None
+
+
 def load_json(path: str | Path) -> Any:
-    """A JSON input file: missing -> FileNotFoundError, malformed -> InputFileError, both naming the file."""
+    """A JSON input file: missing -> FileNotFoundError; malformed, not UTF-8 or nested too deep -> InputFileError;
+    each naming the file."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: file not found")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise InputFileError(f"{path}: not valid JSON ({exc})") from exc
+    except RecursionError:  # [[[...]]] thousands deep: the decoder's stack, not a bug of ours
+        raise InputFileError(f"{path}: JSON nested too deep to read") from None
 
 
 class TableError(InputFileError):

@@ -116,3 +116,22 @@ def displayed_size(image) -> tuple[int, int]:
     ``ImageOps.exif_transpose``), so a phone photo's boxes and pixels agree."""
     w, h = image.size
     return (h, w) if image.getexif().get(EXIF_ORIENTATION, 1) in (5, 6, 7, 8) else (w, h)
+
+
+def to_rgb(img):
+    """``img`` as 8-bit RGB. A 16-bit grayscale PNG opens as ``I;16`` (or ``I``) and Pillow's ``convert("RGB")``
+    clips each 0-65535 value at 255: the image trained as pure white. Those modes are scaled by 1/257 (65535 -> 255);
+    an ``I`` image outside 0-65535 (a 32-bit TIFF) is stretched from its minimum to its maximum. Every stage that
+    reads pixels (training, grounding, the benchmarks, the probes) loads through here."""
+    if img.mode not in ("I", "I;16", "I;16L", "I;16B", "I;16N"):
+        return img.convert("RGB")
+    import numpy as np
+    from PIL import Image
+
+    a = np.asarray(img).astype(np.float64)
+    low, high = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+    if img.mode == "I" and (low < 0 or high > 65535):
+        a = (a - low) * (255 / (high - low)) if high > low else np.zeros_like(a)
+    else:
+        a = a / 257
+    return Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8)).convert("RGB")  # mode L

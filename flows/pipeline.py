@@ -17,7 +17,8 @@ from flows.config import load_config
 from flows.runner import USER_ERRORS, Runner, StageLocked, StageMissing  # noqa: F401 (API: what a run fails with)
 from flows.tasks import PrefectExecutor, user_failure
 
-USER_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}  # a read-only or full disk
+# a read-only or full disk, a quota, a file-size limit (ulimit -f)
+USER_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
 def flow_log(line: str) -> None:

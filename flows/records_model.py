@@ -164,6 +164,22 @@ def benchmark_roots(plan) -> tuple[dict, str]:
     return roots_, content
 
 
+def _check_evaluate(cfg) -> None:
+    """The evaluation's own inputs, before the first stage of the flow works (not after training): the benchmark
+    roots the config names (each benchmark's input check under each protocol, ``model.benchmarks.check_inputs``)
+    and the Winoground clean-ids file (read on the world too, whose sets the world stage makes)."""
+    from model.benchmarks import check_inputs
+    from model.benchmarks.winoground import load_clean_ids
+
+    ecfg = cfg.evaluate
+    if ecfg.settings.winoground_clean_ids:
+        load_clean_ids(ecfg.settings.winoground_clean_ids)
+    if ecfg.roots:
+        roots_ = dict(ecfg.roots) if ecfg.benchmarks is None else {b: ecfg.roots[b] for b in ecfg.benchmarks}
+        for protocol in ecfg.protocol_list():
+            check_inputs(ecfg.eval_config(roots_, cfg.world_run, protocol), list(roots_))
+
+
 def _evaluate(call: Call) -> dict:
     """The benchmarks, and on the synthetic world the probes; the rows are appended to the ``eval_results``
     history (once the evaluation is complete: a failed one adds nothing). An evaluation stopped after its
@@ -249,8 +265,9 @@ def _drive_evaluate(stage: Stage, plan, runner) -> dict[str, list[dict]]:
             for run in runs[label]:
                 ev = runner.run(stage, keyed, inputs,
                                 read_hashes=evaluation_reads(run, roots_hash, table_hashes, probes),
-                                label=run["name"], extra={"run": run, "eval_config": eval_cfg, "probe": probe,
-                                                          "history": str(runner.art / HISTORY)})
+                                label=f"{plan.cfg.name}/{run['name']}",  # unique per config in a shared history
+                                extra={"run": run, "eval_config": eval_cfg, "probe": probe,
+                                       "history": str(runner.art / HISTORY)})
                 evals.setdefault(label, []).append({**ev, "protocol": eval_cfg.protocol})
     plan.catalog.entries["evaluations"] = {"kind": "evaluations", "evaluations": evals,
                                            "content_hash": _hash_of(evals)}
@@ -325,7 +342,7 @@ STAGES = (
           after=("validation",), extras=_train_extras, drive=_drive_train, packages=packages(*MODEL_PACKAGES)),
     Stage("evaluate", "evaluate", ("runs", "source?", *TRAINING_TABLES, "images"), ("evaluations",), _evaluate_code,
           _evaluate, drive=_drive_evaluate, packages=lambda section: (
-              *MODEL_PACKAGES, "scikit-learn", "scipy", "spacy", section.settings.spacy_model)),
+              *MODEL_PACKAGES, "scikit-learn", "scipy", "spacy", section.settings.spacy_model), check=_check_evaluate),
     Stage("report", "evaluate", ("evaluations",), ("report",), roots("pipeline.report", "pipeline.paper"), _report,
           drive=_drive_report, cached=False, packages=packages("matplotlib", "scipy")),
 )

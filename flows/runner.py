@@ -293,6 +293,20 @@ class Runner:
                 return read_stage(out)
             return self._execute(stage, call, refresh)
 
+    def check_before_work(self, selected: list[str], cfg) -> None:
+        """Every folder the selected stages write under and every input they check (``Stage.check``), before the
+        first stage works: a file where ``artifacts/ground`` goes was found after world, captions and parse ran."""
+        for name in selected:
+            root = self.art / ("runs" if name == "train" else name)
+            refuse_links(root, self.art)
+            if root.exists() and not root.is_dir():
+                raise InputFileError(f"{root}: is a file, not a folder (stage {name}'s outputs go under it): move it "
+                                     "aside and rerun")
+            check_writable(root)
+        for name in selected:
+            if BY_NAME[name].check is not None:
+                BY_NAME[name].check(cfg)
+
     def _execute(self, stage: Stage, call: Call, refresh: bool) -> dict:
         """The executor's run of ``call``, its seconds added to the stage's when it ran (a read-back is no timing)."""
         t0 = time.perf_counter()
@@ -305,6 +319,7 @@ class Runner:
         """Every stage in order (``flows.registry.ORDER``) up to the last selected one."""
         plan, self.cfg = Plan(cfg), cfg
         todo = [s.name for s in ORDER if self.needed(s.name) and (s.when is None or s.when(cfg))]
+        self.check_before_work([s for s in todo if s in self.stages], cfg)
         for stage in ORDER:
             if not self.needed(stage.name):
                 break

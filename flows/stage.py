@@ -63,6 +63,7 @@ class Stage:
     when: Callable[[Any], bool] | None = None  # FlowConfig -> whether it runs at all (None: always)
     drive: Callable | None = None  # (stage, plan, runner) -> the flow's result for it; None: run once
     cached: bool = True  # a finished run is served from its key (the report is written every time)
+    check: Callable[[Any], None] | None = None  # FlowConfig -> raises on a bad input, before the first stage works
 
 
 def roots(*modules: str) -> Callable[[Any], tuple[str, ...]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import sys
 
 from . import set_offline_env
@@ -22,7 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-USER_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}
+# a read-only or full disk, a quota, a file-size limit (ulimit -f), a folder without permission
+USER_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
 def _input_errors() -> tuple[type[BaseException], ...]:
@@ -50,8 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a read-only or full disk, a folder without permission: the user's, not a bug
         if exc.errno not in USER_ERRNOS:
             raise
-        print(f"macco {args.verb}: {exc.filename or ''}: {exc.strerror} (errno {exc.errno}): give a writable output "
-              "folder with room to write", file=sys.stderr)
+        where = f"{exc.filename}: " if exc.filename else ""  # pyarrow's writes name no file
+        print(f"macco {args.verb}: {where}{exc.strerror or os.strerror(exc.errno)} (errno {exc.errno}): give a "
+              "writable output folder with room to write (and no file-size limit, ulimit -f)", file=sys.stderr)
         return 2
 
 

@@ -227,13 +227,16 @@ def _add_input_errors(errors_dir: Path, rows: list[dict]) -> dict:
 
 def cmd_parse(args) -> int:
     from flows.catalog import folder_catalog
-    from flows.runner import run_in_folder
+    from flows.registry import BY_NAME
+    from flows.runner import check_outputs, run_in_folder
     from macco.flags import config_from_args
     from pipeline.parse_stage import ParseConfig
     from pipeline.validate import discover_tables
 
     out = Path(args.out)
     cfg = config_from_args(ParseConfig, args, PARSE_FLAGS, "macco parse")
+    for stage in ("captions", "parse"):  # every table it writes checked before any (a file: OUT/captions first)
+        check_outputs(BY_NAME[stage], out)
     read = _read_parse_input(args)
     if read is None:
         return 2

@@ -22,7 +22,7 @@ from PIL import Image, ImageOps
 from torch.utils.data import Dataset, Sampler
 
 from data_schemas import TABLES, read_table
-from data_schemas.geometry import Geometry, boxes_patches, random_rectangle
+from data_schemas.geometry import Geometry, boxes_patches, random_rectangle, to_rgb
 
 from .train_config import TrainConfig
 
@@ -160,23 +160,6 @@ def rrc_params(width: int, height: int, scale, ratio, rng: random.Random) -> tup
     else:
         w, h = width, height
     return (height - h) // 2, (width - w) // 2, h, w
-
-
-def to_rgb(img: Image.Image) -> Image.Image:
-    """``img`` as 8-bit RGB. A 16-bit grayscale PNG opens as ``I;16`` (or ``I``) and Pillow's ``convert("RGB")``
-    clips each 0-65535 value at 255: the image trained as pure white. Those modes are scaled by 1/257 (65535 -> 255);
-    an ``I`` image outside 0-65535 (a 32-bit TIFF) is stretched from its minimum to its maximum."""
-    if img.mode not in ("I", "I;16", "I;16L", "I;16B", "I;16N"):
-        return img.convert("RGB")
-    import numpy as np
-
-    a = np.asarray(img).astype(np.float64)
-    low, high = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
-    if img.mode == "I" and (low < 0 or high > 65535):
-        a = (a - low) * (255 / (high - low)) if high > low else np.zeros_like(a)
-    else:
-        a = a / 257
-    return Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8)).convert("RGB")  # mode L
 
 
 def _key_seed(*parts) -> int:

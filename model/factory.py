@@ -6,6 +6,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
+from safetensors import SafetensorError
+
 from data_schemas import InputFileError
 
 DATA_FILES = ("configs/*.json",)  # the files this code reads: part of its code version (data_schemas.provenance)
@@ -54,7 +56,8 @@ def create_clip(arch: str, pretrained: str | None = None, weights_later: bool = 
         if not arch.startswith("local-dir:"):
             with weights_file(pretrained, arch):
                 return open_clip.create_model(arch, pretrained=pretrained, **kw)
-        model = open_clip.create_model(arch, **kw)
+        with weights_file(folder_weights(arch), arch):
+            model = open_clip.create_model(arch, **kw)
         if pretrained:
             with weights_file(pretrained, arch):
                 open_clip.load_checkpoint(model, pretrained)
@@ -63,8 +66,14 @@ def create_clip(arch: str, pretrained: str | None = None, weights_later: bool = 
         root.removeFilter(quiet)
 
 
-# what torch and safetensors raise for a file that is not a readable weights file (empty, truncated, text, pickled)
-_LOAD_ERRORS = (RuntimeError, EOFError, KeyError, ValueError, OSError, UnicodeDecodeError)
+# what torch and safetensors raise for a file that is not a readable weights file (empty, truncated, text, pickled);
+# safetensors' own error (a garbage .safetensors: "header too large") derives from Exception alone
+_LOAD_ERRORS = (RuntimeError, EOFError, KeyError, ValueError, OSError, UnicodeDecodeError, SafetensorError)
+
+
+def folder_weights(model: str) -> str | None:
+    """The weights file a ``local-dir:`` folder's loader reads (its first ``*.safetensors``), if any."""
+    return next((str(p) for p in sorted(Path(model.removeprefix("local-dir:")).glob("*.safetensors"))), None)
 
 
 @contextmanager

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from data_schemas.geometry import to_rgb
+
 from .probes_text import (_np, bigram_shift, bigram_shift_probe, direction_captions,  # noqa: F401 (API)
                           swap_captions, text_direction_probe, token_and_eot_features)
 
@@ -55,7 +57,7 @@ def image_features(model, preprocess, paths: list[Path], batch_size: int = 256,
         ims = []
         for path in paths[i:i + batch_size]:
             with Image.open(path) as im:
-                ims.append(preprocess(im.convert("RGB")))
+                ims.append(preprocess(to_rgb(im)))
         glob, tok = encode_image_tokens(model.visual, torch.stack(ims).to(device))
         g.append(glob.float().cpu().numpy())
         p.append(tok.float().flatten(1).cpu().numpy())
@@ -184,7 +186,7 @@ def masked_word_accuracy(task, preprocess, rows: list[dict], image_paths: dict[i
         ims = []
         for r in chunk:
             with Image.open(image_paths[r["image_id"]]) as im:
-                ims.append(preprocess(im.convert("RGB")))
+                ims.append(preprocess(to_rgb(im)))
         pred = task.predicted_words(torch.stack(ims).to(device), texts, mask)
         records += [("relation" if k == 1 else "attribute", int(t), int(p))
                     for k, t, p in zip(kind[mask].tolist(), texts[mask].tolist(), pred.tolist())]

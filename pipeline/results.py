@@ -2,9 +2,10 @@
 (``load_results``, their shape checked: ``check_results_shape``), and the model x group table (``collect``)."""
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
+
+from data_schemas import load_json
 
 # (benchmark, group key, label) rows of the report, in the order of the paper's tables
 GROUPS = [
@@ -97,6 +98,21 @@ def check_results_shape(benches: dict, path: Path) -> None:
             raise ValueError(f"{where}.cases: a mapping of group -> a string of 1/0/x per case expected")
 
 
+def check_probes(probes, path: Path) -> None:
+    """Every probe value the report reads (``report.PROBE_ROWS``) a finite number or absent: ``ValueError``
+    naming the file and the key (a string was a TypeError traceback in the mean)."""
+    from .report import PROBE_ROWS, probe_value
+
+    if probes is None:
+        return
+    if not isinstance(probes, dict):
+        raise ValueError(f"{path}: probes: a mapping of probe -> results expected, got {type(probes).__name__}")
+    for _, keys, _ in PROBE_ROWS:
+        v = probe_value(probes, keys)
+        if v is not None and not _number(v):
+            raise ValueError(f"{path}: probes.{'.'.join(keys)}: {str(v)[:40]!r} is not a finite number")
+
+
 def _missing_images(results: dict[str, list[dict]]) -> dict[str, dict[str, int]]:
     """{benchmark: {model: cases without an image}} of the runs scored with ``allow_missing``."""
     out: dict[str, dict[str, int]] = {}
@@ -168,10 +184,7 @@ def load_results(specs: list[str]) -> dict[str, list[dict]]:
             p = p / "results.json"
         if not p.is_file():
             raise FileNotFoundError(f"{label}: no such file {p}")
-        try:
-            run = json.loads(p.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{p}: not valid JSON ({exc})") from exc
+        run = load_json(p)  # malformed, not UTF-8 or nested too deep: one line naming the file
         if isinstance(run, dict) and not isinstance(run.get("label", ""), str):
             raise ValueError(f"{p}: label: {str(run['label'])[:40]!r} is not a run name (text)")
         benches = run.get("benchmarks") if isinstance(run, dict) else None
@@ -180,6 +193,7 @@ def load_results(specs: list[str]) -> dict[str, list[dict]]:
             raise ValueError(f"{p}: not an evaluation results.json (needs benchmarks.<name>.groups, as macco eval "
                              "--out writes; a report's results.json is not one)")
         check_results_shape(benches, p)
+        check_probes(run.get("probes"), p)
         results.setdefault(label, []).append(run)
         files.setdefault(label, []).append(p)
     for label, runs in results.items():

@@ -110,7 +110,7 @@ def load_encoder(cfg: EvalConfig) -> tuple[Encoder, str, str]:
     with ``cfg.activation`` (``Encoder.activation`` says what the towers use)."""
     import open_clip
 
-    from model.factory import register_model_configs, resolve_arch, weights_file
+    from model.factory import folder_weights, register_model_configs, resolve_arch, weights_file
 
     from data_schemas.provenance import file_sha256 as sha256_file
     from .scoring import Encoder
@@ -122,9 +122,10 @@ def load_encoder(cfg: EvalConfig) -> tuple[Encoder, str, str]:
         raise FileNotFoundError(f"{cfg.checkpoint}: checkpoint file not found (--checkpoint: a weights file, e.g. "
                                 "a run's export.pt, or an open_clip pretrained tag)")
     if cfg.model.startswith("local-dir:"):
-        model, _, preprocess = open_clip.create_model_and_transforms(cfg.model, device=cfg.device, **kw)
+        weights = folder_weights(cfg.model)
+        with weights_file(weights, cfg.model):  # the folder's own weights, read by its loader
+            model, _, preprocess = open_clip.create_model_and_transforms(cfg.model, device=cfg.device, **kw)
         tokenizer = open_clip.get_tokenizer(cfg.model)
-        weights = next(iter(sorted(Path(cfg.model[len("local-dir:"):]).glob("*.safetensors"))), None)
         if cfg.checkpoint:  # the folder's loader reads its own weights and ignores a file: load the file's
             with weights_file(cfg.checkpoint, cfg.model):
                 open_clip.load_checkpoint(model, cfg.checkpoint, device=cfg.device)

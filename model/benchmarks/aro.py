@@ -20,19 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from data_schemas import InputFileError, load_json
+from data_schemas import InputFileError
 from data_schemas.scene_graphs import SPACY_MODEL
 
+from .records import record, record_list, texts
 from .scoring import Case, group_accuracy, mean
 
 DATA_FILES = ("data/aro_vg_relation_excluded.json",)  # read by this code: in its code version (provenance)
 EXCLUDED = Path(__file__).parent / DATA_FILES[0]
-
-
-def _field(rec: dict, key: str, path: Path, i: int):
-    if key not in rec:
-        raise InputFileError(f"{path}: record {i}: missing field {key!r}")
-    return rec[key]
 
 
 def load_vg(root: str | Path, kind: str) -> list[Case]:
@@ -40,15 +35,20 @@ def load_vg(root: str | Path, kind: str) -> list[Case]:
     name = {"relation": "visual_genome_relation.json", "attribution": "visual_genome_attribution.json"}[kind]
     path = root / name
     cases = []
-    for i, r in enumerate(load_json(path)):
-        crop = tuple(float(_field(r, k, path, i)) for k in ("bbox_x", "bbox_y", "bbox_w", "bbox_h"))
+    box = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
+    for i, rec in enumerate(record_list(path)):
+        r = record(rec, path, f"record {i}", text=("image_path", "true_caption", "false_caption") +
+                   (("relation_name",) if kind == "relation" else ()), numbers=box,
+                   texts=("attributes",) if kind == "attribution" else ())
+        crop = tuple(float(r[k]) for k in box)
         if kind == "relation":
-            group = _field(r, "relation_name", path, i)
+            group = r["relation_name"]
         else:
-            a = _field(r, "attributes", path, i)
+            a = r["attributes"]
+            if len(a) != 2:
+                raise InputFileError(f"{path}: record {i}: field 'attributes' is {a!r}, two expected")
             group = f"{a[0]}_{a[1]}"
-        cases.append(Case(str(root / "images" / _field(r, "image_path", path, i)),
-                          [_field(r, "false_caption", path, i), _field(r, "true_caption", path, i)], 1,
+        cases.append(Case(str(root / "images" / r["image_path"]), [r["false_caption"], r["true_caption"]], 1,
                           f"vg-{kind}", crop, group))
     return cases
 
@@ -165,9 +165,11 @@ def load_order(annotation: str | Path, image_root: str | Path, subset: str, seed
     path = Path(annotation)
     sh = TextShuffler(seed, spacy_model)
     cases = []
-    for i, rec in enumerate(load_json(path)):
-        img = str(Path(image_root) / _field(rec, "image", path, i))
-        for cap in _field(rec, "caption", path, i):
+    for i, rec in enumerate(record_list(path)):
+        r = record(rec, path, f"record {i}", text=("image",))
+        caps = rec.get("caption")
+        img = str(Path(image_root) / r["image"])
+        for cap in texts([caps] if isinstance(caps, str) else caps, path, f"record {i}: caption"):
             opts = [cap, sh.shuffle_nouns_and_adj(cap), sh.shuffle_allbut_nouns_and_adj(cap),
                     sh.shuffle_within_trigrams(cap), sh.shuffle_trigrams(cap)]
             cases.append(Case(img, [pre_caption(o) for o in opts], 0, subset))

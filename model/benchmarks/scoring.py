@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from data_schemas import InputFileError
+from data_schemas.geometry import to_rgb
 
 
 @dataclass
@@ -120,7 +121,7 @@ class Encoder:
             for path, crop in keys[i:i + self.batch_size]:
                 try:
                     with Image.open(path) as im:
-                        im = im.convert("RGB")
+                        im = to_rgb(im)
                         if crop is not None:
                             x, y, w, h = crop
                             im = im.crop((x, y, x + w, y + h))

@@ -3,11 +3,11 @@
 sim(caption) > sim(negative) strictly (options [negative, caption], truth at 1)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from data_schemas import InputFileError
+from data_schemas import InputFileError, load_json
 
+from .records import record
 from .scoring import Case, mean
 
 SUBSETS = ("add_att", "replace_att", "swap_att", "replace_rel", "add_obj", "replace_obj", "swap_obj")
@@ -27,13 +27,11 @@ def load(root: str | Path, image_dir: str = "val2017", subsets=SUBSETS, allow_mi
             if allow_missing:
                 continue
             raise FileNotFoundError(f"{path}: file not found")
-        data = json.loads(path.read_text())
+        data = load_json(path)
         if not isinstance(data, dict):
             raise InputFileError(f"{path}: expected a dict of id -> record")
-        for key, r in data.items():
-            for f in ("filename", "caption", "negative_caption"):
-                if f not in r:
-                    raise InputFileError(f"{path}: record {key!r}: missing field {f!r}")
+        for key, rec in data.items():
+            r = record(rec, path, f"record {key!r}", text=("filename", "caption", "negative_caption"))
             cases.append(Case(str(root / image_dir / r["filename"]), [r["negative_caption"], r["caption"]], 1, s,
                               meta={"id": key}))
     if not cases:

@@ -11,11 +11,11 @@ SugarCrepe's COCO val2017), by default beside the VALSE root as in MACCO's ``dat
 given per source name through the same image-root map (``swig``, ``valse``, ``coco``, ``coco2017``)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from data_schemas import InputFileError
+from data_schemas import InputFileError, load_json
 
+from .records import record
 from .protocols import normalise_dataset
 from .scoring import Case, mean
 
@@ -46,16 +46,14 @@ def _load_macco(root: Path, roots: dict[str, str]) -> list[Case]:
         path = root / "probing_data" / f"{piece}.json"
         if not path.exists():
             continue
-        records = json.loads(path.read_text())
+        records = load_json(path)
         if not isinstance(records, list):
             raise InputFileError(f"{path}: a list of {{image_path, pos_caption, neg_caption}} expected (MACCO's "
                                  "probing_data layout)")
         source = MACCO_PIECE_SOURCES[piece]
         base = Path(roots[source]) if source in roots else macco_image_root(root, source)
-        for i, r in enumerate(records):
-            for f in ("image_path", "pos_caption", "neg_caption"):
-                if not isinstance(r, dict) or f not in r:
-                    raise InputFileError(f"{path}: record {i}: missing field {f!r}")
+        for i, rec in enumerate(records):
+            r = record(rec, path, f"record {i}", text=("image_path", "pos_caption", "neg_caption"))
             cases.append(Case(str(base / r["image_path"]), [r["neg_caption"], r["pos_caption"]], 1, piece,
                               meta={"id": i}))
     if not cases:
@@ -85,11 +83,15 @@ def load(root: str | Path, image_roots: dict | None = None, valid_only: bool = T
         if not path.exists():
             continue
         found = True
-        for key, r in json.loads(path.read_text()).items():
-            for f in ("caption", "foil", "image_file", "dataset"):
-                if f not in r:
-                    raise InputFileError(f"{path}: record {key!r}: missing field {f!r}")
-            if valid_only and r.get("mturk", {}).get("caption", 0) < 2:
+        data = load_json(path)
+        if not isinstance(data, dict):
+            raise InputFileError(f"{path}: a dict of id -> record expected, got {type(data).__name__}")
+        for key, rec in data.items():
+            r = rec | record(rec, path, f"record {key!r}", text=("caption", "foil", "image_file", "dataset"))
+            votes = r.get("mturk", {}).get("caption", 0) if isinstance(r.get("mturk", {}), dict) else None
+            if isinstance(votes, bool) or not isinstance(votes, (int, float)):
+                raise InputFileError(f"{path}: record {key!r}: mturk.caption is {str(votes)[:40]!r}, not a count")
+            if valid_only and votes < 2:
                 continue
             name = normalise_dataset(r["dataset"])
             base = Path(roots[name]) if name in roots else root / "images" / r["dataset"]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from data_schemas import InputFileError, load_json
 
+from .records import texts
 from .scoring import Case, mean
 
 ATTR_TYPES = ("action", "color", "material", "size", "state")
@@ -118,7 +119,8 @@ def _record(r, f: Path, i: int) -> tuple[str, list[str], list[str]]:
         raise InputFileError(f"{f}: record {i}: expected [path, {{POS, NEG}}] or {{image_path, POS, NEG}}")
     if not pos or not neg:
         raise InputFileError(f"{f}: record {i}: empty POS or NEG")
-    return path, pos, neg
+    texts([path], f, f"record {i}: image path")
+    return path, texts(pos, f, f"record {i}: POS"), texts(neg, f, f"record {i}: NEG")
 
 
 def load(root: str | Path, mode: str = "authors", max_num: int = 2000) -> list[Case]:

@@ -10,7 +10,6 @@ the file name ``<object>_<preposition>_<object>.<ext>``.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from data_schemas import InputFileError
 
+from .records import record, record_list, texts
 from .scoring import Case, mean
 
 CONTROLLED = {"controlled_a": "controlled_images_dataset.json", "controlled_b": "controlled_clevr_dataset.json"}
@@ -82,9 +82,8 @@ def load(root: str | Path, subsets=None) -> list[Case]:
         if (subsets and s not in subsets) or not path.exists():
             continue
         sub = []
-        for i, r in enumerate(json.loads(path.read_text())):
-            if "image_path" not in r or "caption_options" not in r:
-                raise InputFileError(f"{path}: record {i}: needs image_path and caption_options")
+        for i, rec in enumerate(record_list(path)):
+            r = record(rec, path, f"record {i}", text=("image_path",), texts=("caption_options",))
             sub.append(Case(_image(root, r["image_path"]), list(r["caption_options"]), 0, s))
         _controlled_meta(sub, s, path)
         cases += sub
@@ -92,9 +91,10 @@ def load(root: str | Path, subsets=None) -> list[Case]:
         path = root / fname
         if (subsets and s not in subsets) or not path.exists():
             continue
-        for i, r in enumerate(json.loads(path.read_text())):
-            if not isinstance(r, list) or len(r) != 3:
+        for i, r in enumerate(record_list(path)):
+            if not isinstance(r, list) or len(r) != 3 or not isinstance(r[0], (int, str)) or isinstance(r[0], bool):
                 raise InputFileError(f"{path}: record {i}: expected [image_id, correct, wrong]")
+            texts(r[1:], path, f"record {i}: [correct, wrong]")
             cases.append(Case(str(root / pattern.format(id=r[0])), [r[1], r[2]], 0, s,
                               meta={"prep": qa_preposition(s, r[1])}))
     if not cases:

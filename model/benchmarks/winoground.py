@@ -12,7 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from data_schemas import InputFileError
+from data_schemas import InputFileError, read_text
+
+from .records import record
 
 
 def load(root: str | Path) -> list[dict]:
@@ -21,13 +23,14 @@ def load(root: str | Path) -> list[dict]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: file not found")
     out = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(read_text(path).splitlines(), 1):
         if not line.strip():
             continue
-        r = json.loads(line)
-        for f in ("id", "image_0", "image_1", "caption_0", "caption_1"):
-            if f not in r:
-                raise InputFileError(f"{path}: line {n}: missing field {f!r}")
+        try:
+            r = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise InputFileError(f"{path}: line {n}: not a JSON record ({type(exc).__name__})") from None
+        record(r, path, f"line {n}", text=("image_0", "image_1", "caption_0", "caption_1"), numbers=("id",))
         out.append(r)
     return out
 
@@ -37,7 +40,7 @@ def load_clean_ids(path: str | Path) -> list[int]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: Winoground clean-ids file not found")
-    text = path.read_text()
+    text = read_text(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError:

@@ -97,7 +97,7 @@ def _open_checked(path: Path, row: dict, load: bool):
     one whose displayed size is not the annotation's width x height."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
-    from data_schemas.geometry import displayed_size
+    from data_schemas.geometry import displayed_size, to_rgb
 
     try:
         with Image.open(path) as im:
@@ -106,7 +106,7 @@ def _open_checked(path: Path, row: dict, load: bool):
                 return None, ("image_size_mismatch", f"{path}: image is {size[0]}x{size[1]} (EXIF orientation "
                                                      f"applied), the captions table says {row['width']}x"
                                                      f"{row['height']}")
-            return (ImageOps.exif_transpose(im).convert("RGB") if load else None), None
+            return (to_rgb(ImageOps.exif_transpose(im)) if load else None), None
     except Image.DecompressionBombError as exc:
         from pipeline.images import too_large
 

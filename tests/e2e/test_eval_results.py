@@ -36,7 +36,8 @@ def test_forced_reevaluation_adds_dated_sets_and_never_replaces_the_history(harn
     _, states = run(tmp_path / "c.yaml", stages=["evaluate", "report"])
     assert set(states["evaluate"]) == {"Cached"}
     once = sql(capsys, "select run, count(distinct eval_id) sets from eval_results group by run order by run", art)
-    assert once == [{"run": r, "sets": "1"} for r in ("base", "clip-ft-s0", "macco-s0")]  # the Cached run added none
+    runs = ("tiny/base", "tiny/clip-ft-s0", "tiny/macco-s0")  # the config's name and the run's
+    assert once == [{"run": r, "sets": "1"} for r in runs]  # the Cached run added none
 
     for _ in range(2):  # the reevaluate deployment's parameters
         _, states = run(tmp_path / "c.yaml", stages=["evaluate", "report"], force=["evaluate"])
@@ -46,7 +47,7 @@ def test_forced_reevaluation_adds_dated_sets_and_never_replaces_the_history(harn
     by_run: dict[str, set] = {}
     for r in rows:
         by_run.setdefault(r["run"], set()).add((r["created"], r["eval_id"]))
-    assert sorted(by_run) == ["base", "clip-ft-s0", "macco-s0"]
+    assert sorted(by_run) == list(runs)
     assert all(len(sets) == 3 and len({c for c, _ in sets}) == 3 for sets in by_run.values()), by_run
     subsets: dict[tuple, list] = {}
     for r in rows:

@@ -325,7 +325,8 @@ def test_the_paper_experiment_runs_as_one_command(tmp_path):
     assert all(set(e["benchmarks"]) == set(shipped["evaluate"]["roots"]) for e in evals)
     protocols = {(e["label"], b["settings"]["protocol"]) for e in evals for b in e["benchmarks"].values()
                  if "protocol" in b["settings"]}
-    assert {p for _, p in protocols} == set(shipped["evaluate"]["protocols"]) and ("clip", "macco") in protocols
+    assert {p for _, p in protocols} == set(shipped["evaluate"]["protocols"]) and \
+        (f"{shipped['name']}/clip", "macco") in protocols  # a label: the config's name and the run's
     # the report: the paper's tables beside ours, each protocol's own table, the bar's verdict
     out = art / "runs" / shipped["name"]
     report = (out / "results.md").read_text()

@@ -24,3 +24,23 @@ def test_programming_errors_are_not_swallowed(tmp_path, monkeypatch):
     src = coco_json(tmp_path / "captions_train2014.json", [{"id": 1, "image_id": 1, "caption": GOOD}])
     with pytest.raises(ValueError, match="a bug"):
         main(["parse", str(src), "--out", str(tmp_path / "o")])
+
+
+def test_a_file_size_limit_is_one_line(tmp_path):
+    """`ulimit -f`: EFBIG was missing from the user's errnos (a pyarrow traceback); no table is left complete."""
+    import resource
+    import subprocess
+    import sys
+
+    from data_schemas import is_complete
+
+    src = coco_json(tmp_path / "captions_train2014.json", [{"id": i, "image_id": 1, "caption": GOOD} for i in range(50)])
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+
+    r = subprocess.run([sys.executable, "-m", "macco.cli", "parse", str(src), "--out", str(tmp_path / "o")],
+                       preexec_fn=limit, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr[-2000:]
+    assert "File too large (errno 27)" in r.stderr
+    assert not is_complete(tmp_path / "o" / "captions")

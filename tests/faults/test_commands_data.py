@@ -33,3 +33,22 @@ def test_captions_into_a_used_folder_counts_its_own_errors(tmp_path, capsys):
     assert main(["captions", str(tmp_path / "d.tsv"), "--source", "csv", "--out", str(tmp_path / "T")]) == 2
     cap = capsys.readouterr()
     assert "errors: 1 missing_image=1" in cap.out and "none of the 1 captions' images" in cap.err
+
+
+def test_parse_checks_every_output_before_writing_captions(tmp_path, capsys):
+    """#48 items 8, 9: `macco parse FILE --out T` wrote T/captions, then refused a file at T/scene_graphs; `--out`
+    an existing file was a FileExistsError traceback."""
+    png(tmp_path / "a.png")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"id": 2, "image_id": 1, "caption": CAPTION, "file_name": "a.png"})
+                                      + "\n")
+    (tmp_path / "T").mkdir()
+    (tmp_path / "T" / "scene_graphs").write_text("mine")
+    args = ["parse", str(tmp_path / "c.jsonl"), "--images", str(tmp_path), "--model", "macco-micro", "--out"]
+    assert main([*args, str(tmp_path / "T")]) == 2
+    assert "T/scene_graphs: is a file, not a table folder" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "T").iterdir()) == ["scene_graphs"]  # no captions, no lock
+    (tmp_path / "afile").write_text("mine")
+    assert main([*args, str(tmp_path / "afile")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1 and "afile: is a file, not a folder" in err
+    assert (tmp_path / "afile").read_text() == "mine"

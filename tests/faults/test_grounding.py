@@ -125,3 +125,23 @@ def test_a_lone_tiny_image_in_its_shard_is_an_error_row(tmp_path):
     errs = errors_of(tmp_path / "o")
     assert [(e["item_id"], e["reason"]) for e in errs] == [("image:1", "grounding_failed")]
     assert "mean must have 1 elements" in errs[0]["message"] and m["regions"]["rows"] == 0
+
+
+def test_a_16_bit_png_reaches_the_grounder_as_its_image_not_white(tmp_path):
+    """#48 item 10: grounding loaded images with Pillow's convert("RGB"), which clips a 16-bit PNG's every value
+    at 255: the grounder saw a white image. It sees the 8-bit image (1/257), as training does."""
+    import numpy as np
+
+    wide = (np.arange(64 * 48).reshape(48, 64) * 20).astype(np.uint16)  # 0 .. 61420
+    Image.fromarray(wide).save(tmp_path / "g16.png")
+    seen = []
+
+    class Recorder(FixedGrounder):
+        def ground(self, items):
+            seen.extend(np.asarray(it.image) for it in items)
+            return super().ground(items)
+
+    ground_stage(GroundingConfig(), [caption(1, 1, "g16.png")], concepts(1), tmp_path, tmp_path / "o",
+                 grounder=Recorder([(1, 1, 20, 20)]))
+    assert len(seen) == 1 and seen[0].shape == (48, 64, 3)
+    np.testing.assert_array_equal(seen[0][..., 0], np.rint(wide / 257).astype(np.uint8))

@@ -47,3 +47,20 @@ def test_report_inputs_of_other_shapes_and_an_out_file_are_one_line_leaving_noth
     assert main(["report", f"clip-ft={tmp_path / 'c.json'}", "--out", str(tmp_path / "afile")]) == 2
     assert "afile: is a file, not a folder (--out)" in one_line_error(capsys, "report")
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_a_deep_a_latin1_or_a_non_number_probe_report_input_is_one_line_naming_the_file(tmp_path, capsys):
+    """#48 item 9: [[[...]]] 100,000 deep was a RecursionError traceback; a probe value "high" a TypeError in the
+    mean; a Latin-1 results.json in a folder named only the codec's position, not the file."""
+    good = {"sugarcrepe": {"groups": {"relation": 0.5}, "subsets": {"replace_rel": {"n": 4, "accuracy": 0.5}}}}
+    (tmp_path / "deep.json").write_text('{"benchmarks": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (tmp_path / "probe.json").write_text(json.dumps({"benchmarks": good, "probes": {"text": {"direction_acc": "high"}}}))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_bytes(json.dumps({"benchmarks": good, "label": "café"},
+                                                               ensure_ascii=False).encode("latin-1"))
+    for spec, where in [("deep.json", "deep.json: JSON nested too deep to read"),
+                        ("probe.json", "probe.json: probes.text.direction_acc: 'high' is not a finite number"),
+                        ("run", "run/results.json: not UTF-8 text (byte 0xe9 at offset ")]:
+        assert main(["report", f"macco={tmp_path / spec}", "--out", str(tmp_path / "o")]) == 2
+        assert where in one_line_error(capsys, "report")
+        assert not (tmp_path / "o").exists()

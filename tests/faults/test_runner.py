@@ -112,7 +112,7 @@ def test_read_only_outputs_are_one_line_before_any_work(world, tmp_path, capsys,
         r = subprocess.run([sys.executable, "-m", "macco.cli", "run", "--config", str(tmp_path / "c.yaml"),
                             "--stages", "world"], capture_output=True, text=True, env=prefect_env(tmp_path))
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
-        assert f"macco run: {ro / 'artifacts'}/world/" in r.stderr and f"cannot write here ({ro} is read-only" in r.stderr
+        assert f"macco run: {ro / 'artifacts'}/world" in r.stderr and f"cannot write here ({ro} is read-only" in r.stderr
 
 
 def test_a_link_at_a_lock_path_is_refused_and_its_target_left_alone(tmp_path):
@@ -253,3 +253,31 @@ def test_a_hand_edited_manifest_is_named_and_its_stage_redone(tmp_path, edit):
     assert json.loads(mpath.read_text())["rows"] == 6
     runner.run(_table_stage(calls), {"seed": 0}, Catalog())
     assert len(calls) == 2  # and then done: read back
+
+
+def test_every_folder_and_input_is_checked_before_the_first_stage_works(tmp_path):
+    """#48 item 8: a file where artifacts/ground goes was found after world, captions and parse ran; a bad Winoground
+    clean-ids file (or benchmark root) named in the config after training and every earlier benchmark. Now both are
+    refused before the world stage starts (nothing written under artifacts/ but the file)."""
+    from data_schemas import InputFileError
+    from flows.config import load_config
+    from flows.runner import Runner
+
+    def run(c):
+        Runner(load_config(c).artifacts, log=lambda line: None).run_dag(load_config(c))
+
+    art = tmp_path / "a" / "artifacts"
+    art.mkdir(parents=True)
+    (art / "ground").write_text("mine")
+    with pytest.raises(InputFileError, match=r"artifacts/ground: is a file, not a folder"):
+        run(config(tmp_path / "a"))
+    assert sorted(p.name for p in art.iterdir()) == ["ground"]
+    ids = tmp_path / "ids.txt"
+    ids.write_text("12\nseven\n")
+    settings = {"vga_min_count": 1, "winoground_clean_ids": str(ids)}
+    with pytest.raises(InputFileError, match=r"ids.txt: line 2: 'seven' is not an example id"):
+        run(config(tmp_path / "b", evaluate={"benchmarks": ["aro-vgr"], "settings": settings}))
+    (tmp_path / "sc").mkdir()  # a SugarCrepe root without its files
+    with pytest.raises(FileNotFoundError, match=r"sc: no SugarCrepe file found"):
+        run(config(tmp_path / "c", evaluate={"roots": {"sugarcrepe": str(tmp_path / "sc")}}))
+    assert not (tmp_path / "b" / "artifacts").exists() and not (tmp_path / "c" / "artifacts").exists()
