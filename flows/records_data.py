@@ -72,12 +72,13 @@ def _captions(call: Call) -> dict:
     return {"outputs": outputs, "summary": m["captions"].get("summary", {})}
 
 
-def _source_entry(cfg) -> dict:
-    """A user's data as the ``source`` the captions stage reads: what it holds (``source_fingerprint``)."""
+def _source_entry(name: str, cfg) -> dict:
+    """A user's data as the ``source`` the captions stage reads when no world stage made one: what it holds
+    (``source_fingerprint``)."""
     from flows.config import key_of
     from pipeline.captions_stage import source_fingerprint
 
-    return {"kind": "data", "dir": None, "content_hash": key_of(source_fingerprint(cfg))}
+    return {"kind": "data", "dir": None, "content_hash": key_of(source_fingerprint(cfg.data))}
 
 
 # ---- tokenizer (a SigLIP model folder from the training captions; only with tokenizer.arch) ---------------------
@@ -98,6 +99,13 @@ def _tokenizer(call: Call) -> dict:
     return {"captions": len(train), "files": [str(call.out / "model" / "open_clip_config.json")],
             "outputs": {"tokenizer": {"kind": "folder", "dir": str(call.out / "model"), "folder": folder,
                                       "content_hash": tree_hash(call.out / "model")}}}
+
+
+def _use_folder(cfg, manifest: dict):
+    """The later stages read the model folder the tokenizer stage built (``built:tokenizer`` replaced by it)."""
+    from flows.config import use_built_folder
+
+    return use_built_folder(cfg, manifest["outputs"]["tokenizer"]["folder"])
 
 
 def _arch_json(section) -> list:
@@ -221,9 +229,9 @@ def _masks(call: Call) -> dict:
 STAGES = (
     Stage("world", "world", (), ("source",), roots("pipeline.world"), _world, when=lambda cfg: cfg.world_run),
     Stage("captions", "data", ("source",), ("captions", "official", "images", "errors"),
-          roots("pipeline.captions_stage"), _captions),
+          roots("pipeline.captions_stage"), _captions, given=_source_entry),
     Stage("tokenizer", "tokenizer", ("captions",), ("tokenizer",), roots("pipeline.siglip_folder"), _tokenizer,
-          extras=_arch_json, when=lambda cfg: cfg.tokenizer.arch is not None),
+          extras=_arch_json, when=lambda cfg: cfg.tokenizer.arch is not None, feeds=_use_folder),
     # a local-dir tokenizer's files (the tokenizer stage's folder, or the user's) are in its extras
     Stage("parse", "parse", ("captions", "official?", "tokenizer?"), ("scene_graphs", "token_masks", "errors"),
           roots("pipeline.parse_stage"), _parse, shards=_parse_shards,

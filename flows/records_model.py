@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from data_schemas import replace_file
-from data_schemas.config import ConfigError
+from data_schemas.config import ConfigError, safe_name
 from flows.config import plain
 from flows.stage import Call, Stage, folder_key, roots, weights_key
 
@@ -46,6 +46,23 @@ def _validate(call: Call) -> dict:
     if failed:
         raise ValidationFailed(results)
     return {**report, "outputs": {"validation": {"kind": "validation", "content_hash": call.key}}}
+
+
+def _publish_checks(call: Call, result, sink) -> None:
+    """The check table and its summary beside the flow's work, for a passing gate and a failed one alike."""
+    from data_schemas.checks import CheckResult
+    from pipeline.validate import ValidationFailed, format_results
+
+    if isinstance(result, ValidationFailed):
+        results = result.results
+    elif isinstance(result, dict) and "checks" in result:
+        results = [CheckResult(**{**r, "examples": r["examples"].split("; ") if r["examples"] else []})
+                   for r in result["checks"]]
+    else:  # another user error: there is no check table to show
+        return
+    rows = [r.as_dict() | {"examples": "; ".join(r.examples)} for r in results]
+    sink.table("mask-table-checks", rows, "DuckDB checks over the mask tables")
+    sink.markdown("mask-table-summary", f"```\n{format_results(results)}\n```")
 
 
 # ---- train: the base chain, then every run x seed from the base's export --------------------------------------
@@ -102,6 +119,24 @@ def _train(call: Call) -> dict:
             "skipped_images": summary.get("skipped_images", 0),
             "skipped_examples": summary.get("skipped_examples", []), "last": last,
             "files": [exp["pt"], str(Path(exp["dir"]) / "open_clip_model.safetensors")], **run, "outputs": {}}
+
+
+def _watch_train(call: Call, sink) -> None:
+    """The run's log rows as log lines and a progress artifact (steps done)."""
+    from model.runlog import format_log_row
+
+    update = sink.progress(f"train-{call.label}", f"train {call.label}: steps done")
+
+    def on_row(row: dict) -> None:
+        call.log(format_log_row(call.label, row))
+        update(100.0 * row["step"] / row["total_steps"])
+
+    call.on_row = on_row
+
+
+def _run_folder(key: str, label: str) -> str:
+    """A training run's folder: ``runs/<name>-<key>`` (the report's folder ``runs/<config name>`` beside them)."""
+    return f"runs/{safe_name(label, 'run name')}-{key}"
 
 
 def _drive_train(stage: Stage, plan, runner) -> dict[str, list[dict]]:
@@ -304,6 +339,12 @@ def _paper_report(call: Call, by_protocol: dict, title: str, note: str, untraine
             "table": "\n".join(lines)}
 
 
+def _publish_report(call: Call, result, sink) -> None:
+    """The report's table as the markdown artifact ``evaluation-results-<config name>``."""
+    if isinstance(result, dict):
+        sink.markdown(f"evaluation-results-{call.label}", result["table"], f"{call.label}: evaluation results")
+
+
 def _drive_report(stage: Stage, plan, runner) -> dict:
     rep = runner.run(stage, plan.cfg.evaluate, plan.catalog.subset(stage.reads), label=plan.cfg.name,
                      out=runner.art / "runs" / plan.cfg.name,
@@ -314,11 +355,13 @@ def _drive_report(stage: Stage, plan, runner) -> dict:
 
 
 STAGES = (
-    Stage("validate", "validate", (*MASK_TABLES, "errors"), ("validation",), roots("pipeline.validate"), _validate),
+    Stage("validate", "validate", (*MASK_TABLES, "errors"), ("validation",), roots("pipeline.validate"), _validate,
+          publish=_publish_checks),
     Stage("train", "train", (*TRAINING_TABLES, "images"), ("runs",), roots("model.train"), _train,
-          after=("validation",), extras=_train_extras, unkeyed=TRAIN_UNKEYED, drive=_drive_train),
+          after=("validation",), extras=_train_extras, unkeyed=TRAIN_UNKEYED, drive=_drive_train, folder=_run_folder,
+          watch=_watch_train),
     Stage("evaluate", "evaluate", ("runs", "source?", *TRAINING_TABLES, "images"), ("evaluations",), _evaluate_code,
           _evaluate, unkeyed=("models", "control", "given", "weights", "protocols", "paper"), drive=_drive_evaluate),
     Stage("report", "evaluate", ("evaluations",), ("report",), roots("pipeline.report"), _report,
-          drive=_drive_report, cached=False),
+          drive=_drive_report, cached=False, publish=_publish_report),
 )

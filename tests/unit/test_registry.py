@@ -145,3 +145,32 @@ def test_every_deployment_names_registry_stages():
         params = d.get("parameters", {})
         for name in [*params.get("stages", []), *params.get("force", [])]:
             assert name in STAGES, (d["name"], name)
+
+
+def stage_names_in(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string in ``path``'s code (docstrings aside) that is a stage's name or begins with one
+    as a word (``"train-..."``, ``"report/..."``): a stage named outside its record."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    word = re.compile(rf"^({'|'.join(STAGES)})(\W|$)")
+    return [(n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs and word.match(n.value)]
+
+
+@pytest.mark.parametrize("module", ["flows/runner.py", "flows/tasks.py"])
+def test_the_runner_and_the_tasks_name_no_stage(module):
+    """What is particular to a stage (its folder, a read the config gives, what it feeds the later stages, what it
+    shows beside its work) is a hook on its record: the runner and the tasks work for any stage."""
+    assert stage_names_in(REPO / module) == []
+
+
+def test_a_stage_named_in_code_is_found(tmp_path):
+    """The check above finds a stage branch (a docstring may name stages)."""
+    src = tmp_path / "m.py"
+    src.write_text('"""train, then report."""\ndef f(stage):\n    """evaluate"""\n'
+                   '    return stage.name == "train" or f"report-{stage}"\n')
+    assert stage_names_in(src) == [(4, "train"), (4, "report-")]
