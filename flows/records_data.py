@@ -10,6 +10,12 @@ from pathlib import Path
 
 from data_schemas import InputFileError, temp_name
 from flows.catalog import table_entry
+from pipeline.captions_stage import CaptionsConfig
+from pipeline.grounding.base import GroundingConfig
+from pipeline.masks_stage import MasksConfig
+from pipeline.parse_stage import ParseConfig
+from pipeline.siglip_folder import TokenizerConfig
+from pipeline.world import WorldConfig
 from flows.stage import Call, Stage, folder_key, roots, weights_key
 
 FILE_LIST = "files.json"  # a stage's many files and their sizes (the world), checked by the done rule
@@ -227,19 +233,21 @@ def _masks(call: Call) -> dict:
 
 
 STAGES = (
-    Stage("world", "world", (), ("source",), roots("pipeline.world"), _world, when=lambda cfg: cfg.world_run),
+    Stage("world", "world", (), ("source",), roots("pipeline.world"), _world, when=lambda cfg: cfg.world_run,
+          config=WorldConfig),
     Stage("captions", "data", ("source",), ("captions", "official", "images", "errors"),
-          roots("pipeline.captions_stage"), _captions, given=_source_entry),
+          roots("pipeline.captions_stage"), _captions, given=_source_entry, config=CaptionsConfig),
     Stage("tokenizer", "tokenizer", ("captions",), ("tokenizer",), roots("pipeline.siglip_folder"), _tokenizer,
-          extras=_arch_json, when=lambda cfg: cfg.tokenizer.arch is not None, feeds=_use_folder),
+          extras=_arch_json, when=lambda cfg: cfg.tokenizer.arch is not None, feeds=_use_folder,
+          config=TokenizerConfig),
     # a local-dir tokenizer's files (the tokenizer stage's folder, or the user's) are in its extras
     Stage("parse", "parse", ("captions", "official?", "tokenizer?"), ("scene_graphs", "token_masks", "errors"),
           roots("pipeline.parse_stage"), _parse, shards=_parse_shards,
           run_shard=lambda call, i: _parse_tables(call, only=[i], finalize=False),
-          extras=lambda section: folder_key(section.clip_model)),
+          extras=lambda section: folder_key(section.clip_model), config=ParseConfig),
     Stage("ground", "ground", ("captions", "scene_graphs", "images", "official?"), ("regions", "errors"), _ground_code,
           _ground, shards=_ground_shards, run_shard=lambda call, i: _ground_tables(call, only=[i], finalize=False),
-          extras=_grounding_weights),
+          extras=_grounding_weights, config=GroundingConfig),
     Stage("masks", "masks", ("captions", "regions"), ("patch_masks", "errors"), roots("pipeline.masks_stage"), _masks,
-          extras=lambda section: [k for m in section.models for k in folder_key(m)]),
+          extras=lambda section: [k for m in section.models for k in folder_key(m)], config=MasksConfig),
 )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from data_schemas import replace_file
 from data_schemas.config import ConfigError, safe_name
-from flows.config import plain
+from flows.config import EvaluatePlan, TrainPlan, ValidateConfig, plain
 from flows.stage import Call, Stage, folder_key, roots, weights_key
 
 MASK_TABLES = ("captions", "scene_graphs", "token_masks", "regions", "patch_masks")
@@ -356,12 +356,13 @@ def _drive_report(stage: Stage, plan, runner) -> dict:
 
 STAGES = (
     Stage("validate", "validate", (*MASK_TABLES, "errors"), ("validation",), roots("pipeline.validate"), _validate,
-          publish=_publish_checks),
+          publish=_publish_checks, config=ValidateConfig),
     Stage("train", "train", (*TRAINING_TABLES, "images"), ("runs",), roots("model.train"), _train,
           after=("validation",), extras=_train_extras, unkeyed=TRAIN_UNKEYED, drive=_drive_train, folder=_run_folder,
-          watch=_watch_train),
+          watch=_watch_train, config=TrainPlan),
     Stage("evaluate", "evaluate", ("runs", "source?", *TRAINING_TABLES, "images"), ("evaluations",), _evaluate_code,
-          _evaluate, unkeyed=("models", "control", "given", "weights", "protocols", "paper"), drive=_drive_evaluate),
+          _evaluate, unkeyed=("models", "control", "given", "weights", "protocols", "paper"), drive=_drive_evaluate,
+          config=EvaluatePlan),
     Stage("report", "evaluate", ("evaluations",), ("report",), roots("pipeline.report"), _report,
-          drive=_drive_report, cached=False, publish=_publish_report),
+          drive=_drive_report, cached=False, publish=_publish_report, config=EvaluatePlan),
 )

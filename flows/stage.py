@@ -49,7 +49,7 @@ class Stage:
     Whatever else is particular to a stage is a hook here (``folder``, ``given``, ``feeds``, ``watch``,
     ``publish``): the runner and the Prefect tasks name no stage."""
     name: str
-    section: str  # the FlowConfig attribute holding its typed config
+    section: str  # the FlowConfig attribute holding its typed config (of type ``config``)
     reads: tuple[str, ...]  # what it reads (hashed into its key); "x?": when present
     writes: tuple[str, ...]  # what it writes
     code: Callable[[Any], tuple[str, ...]]  # section -> its code roots (their import closure is its code)
@@ -62,6 +62,7 @@ class Stage:
     when: Callable[[Any], bool] | None = None  # FlowConfig -> whether it runs at all (None: always)
     drive: Callable | None = None  # (stage, plan, runner) -> the flow's result for it; None: run once
     cached: bool = True  # a finished run is served from its key (the report is written every time)
+    config: type | None = None  # the type of its section (``flows.config.FlowConfig``'s field, checked there)
     # the hooks the runner and the Prefect tasks call, so neither names a stage:
     folder: Callable[[str, str], str] | None = None  # (key, label) -> its folder under the artifacts root
     given: Callable[[str, Any], dict] | None = None  # (read, FlowConfig) -> the entry of a read no stage wrote

@@ -174,3 +174,26 @@ def test_a_stage_named_in_code_is_found(tmp_path):
     src.write_text('"""train, then report."""\ndef f(stage):\n    """evaluate"""\n'
                    '    return stage.name == "train" or f"report-{stage}"\n')
     assert stage_names_in(src) == [(4, "train"), (4, "report-")]
+
+
+def test_the_config_sections_are_the_registrys():
+    """FlowConfig's stage sections, its defaults and what load_config reads are the records' sections, in the
+    registry's order, each of its record's config type; a section out of order or of another type is refused."""
+    import dataclasses
+
+    from flows.config import DEFAULTS, FLOW_OWN, FLOW_SECTIONS, sections
+    from flows.registry import check_sections
+
+    declared = sections()
+    stage_sections = list(dict.fromkeys(s.section for s in ORDER))
+    assert [k for k in declared if k not in FLOW_SECTIONS] == stage_sections
+    assert list(DEFAULTS) == [*FLOW_OWN, *declared]
+    cfg = load_config(None)
+    for stage in ORDER:
+        assert isinstance(getattr(cfg, stage.section), stage.config), stage.name
+    swapped = dict(reversed(list(declared.items())))
+    with pytest.raises(ValueError, match="not the registry's"):
+        check_sections(ORDER, swapped)
+    wrong = (dataclasses.replace(ORDER[0], config=dict), *ORDER[1:])
+    with pytest.raises(ValueError, match=f"stage {ORDER[0].name}: its config dict"):
+        check_sections(wrong, declared)
