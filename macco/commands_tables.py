@@ -198,6 +198,7 @@ def cmd_agreement(args) -> int:
 
 def cmd_report(args) -> int:
     from model.benchmarks.registry import REPORT_ROWS
+    from model.losses import TERM_LABELS
     from pipeline.report import load_results, write_report
 
     if args.out.exists() and not args.out.is_dir():
@@ -211,7 +212,8 @@ def cmd_report(args) -> int:
         return 2
     if args.control not in results and len(results) > 1:
         print(f"macco report: no results labelled {args.control!r} (--control): no paired tests", file=sys.stderr)
-    rep = write_report(results, args.out, args.title, args.note, control=args.control, rows=REPORT_ROWS)
+    rep = write_report(results, args.out, args.title, args.note, control=args.control, rows=REPORT_ROWS,
+                       terms=TERM_LABELS)
     print(rep["table"])
     print(f"\nwrote {rep['markdown']}  {rep['png']}")
     return 0

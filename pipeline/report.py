@@ -94,14 +94,14 @@ def paired_tests(results: dict[str, list[dict]], control: str, untested: tuple[s
     return out
 
 
-def _probe_section(results: dict[str, list[dict]]) -> list[str]:
+def _probe_section(results: dict[str, list[dict]], terms: tuple[tuple[str, str], ...]) -> list[str]:
     probes = {m: [r["probes"] for r in runs if "probes" in r] for m, runs in results.items()}
     probes = {m: v for m, v in probes.items() if v}
     if not probes:
         return []
     spread = "mean ± sd over seeds" if any(len(v) > 1 for v in probes.values()) else "one seed per model"
     return ["", f"## Probes (held-out world images and captions; {spread})", "",
-            format_probes(probes), "",
+            format_probes(probes, terms), "",
             "Image probes: cross-validated ridge from the global image embedding (or the patch tokens) to each "
             "colour's centre; pair direction: the read-outs order a held-out left/above pair correctly. Text: "
             "mean cosine of a caption with its subject/object swap and its attribute swap (1.0 = the swap is "
@@ -117,10 +117,11 @@ def _probe_section(results: dict[str, list[dict]]) -> list[str]:
 
 def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str, note: str = "",
                  control: str = "clip-ft", alpha: float = 0.05, untested: tuple[str, ...] = ("base",), *,
-                 rows: Rows) -> dict:
+                 rows: Rows, terms: tuple[tuple[str, str], ...]) -> dict:
     """``results.md`` / ``results.json`` / ``results.png``. Every model's cells are marked where a paired
     McNemar test against ``control`` (cases pooled over seeds) gives p < ``alpha``: ▲ better, ▼ worse. ``rows``:
-    the report's rows, each benchmark record's (``model.benchmarks.registry.REPORT_ROWS``)."""
+    the report's rows, each benchmark record's (``model.benchmarks.registry.REPORT_ROWS``); ``terms``: the loss
+    terms' labels (``model.losses.TERM_LABELS``)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = collect(results, rows)
@@ -131,7 +132,7 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
     lines = [f"# {title}", "", note, "", *_table_lines(table, names, marks, chance_of(rows), partial),
              *_legend(table, results, tests, control, alpha),
              *_partial_lines(partial, results, tests, control, rows), *_test_lines(tests, control, alpha),
-             *_notes(results, rows), *_probe_section(results)]
+             *_notes(results, rows), *_probe_section(results, terms)]
     md = out_dir / "results.md"
     md.write_text("\n".join(lines) + "\n")
     png = out_dir / "results.png"
@@ -143,7 +144,7 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
                           "models": tests},
          "cases": case_outcomes(results, rows), "partial": partial,
          "probes": {m: {k: {"mean": v[0], "sd": v[1], "runs": v[2]} for k, v in
-                        probe_summary([r["probes"] for r in runs if "probes" in r]).items()}
+                        probe_summary([r["probes"] for r in runs if "probes" in r], terms).items()}
                     for m, runs in results.items()}}, indent=2))
     return {"markdown": str(md), "png": str(png), "table": "\n".join(lines)}
 
@@ -260,8 +261,8 @@ def _notes(results: dict, rows: Rows) -> list[str]:
     return lines
 
 
-# (label, path into a probe result, format): the rows of the probe table
-PROBE_ROWS = [
+# (label, path into a probe result, format): the rows of the probe table, then a gradient row per tower and term
+_PROBE_ROWS = [
     ("image: position R² x (global)", ("image_global", "r2_x"), "r2"),
     ("image: position R² y (global)", ("image_global", "r2_y"), "r2"),
     ("image: pair direction (global) %", ("image_global", "direction_acc"), "pct"),
@@ -283,10 +284,14 @@ PROBE_ROWS = [
     ("retrieval i→t R@1 %", ("retrieval", "i2t_r1"), "pct"),
     ("retrieval t→i R@1 %", ("retrieval", "t2i_r1"), "pct"),
     ("zero-shot top-1 %", ("zeroshot_top1",), "pct"),
-] + [(f"grad ‖{tower}‖ ← {label}", ("gradient_norms", term, tower), "g")
-     for tower in ("text", "image")
-     for term, label in (("contrast_loss", "contrast"), ("intra_modal_contrast_loss", "MIR"),
-                         ("text_reconstruction_loss", "masked text"), ("image_reconstruction_loss", "masked image"))]
+]
+
+
+def probe_rows(terms: tuple[tuple[str, str], ...]) -> list[tuple[str, tuple[str, ...], str]]:
+    """The probe table's rows: the probes', then each tower's gradient norm per loss term; ``terms``: (term,
+    label) of each, declared with its weight (``model.losses.TERM_LABELS``, handed in: pipeline imports no model)."""
+    return _PROBE_ROWS + [(f"grad ‖{tower}‖ ← {label}", ("gradient_norms", term, tower), "g")
+                          for tower in ("text", "image") for term, label in terms]
 # the reconstruction terms' names in probe results written before they were renamed (read as the new names)
 OLD_TERM_NAMES = {"text_reconstruction_loss": "mask_loss_text", "image_reconstruction_loss": "mask_loss_image"}
 PROBE_CHANCE = {"image: pair direction (global) %": "50", "image: pair direction (patches) %": "50",
@@ -304,22 +309,22 @@ def probe_value(res: dict, path: tuple[str, ...]):
     return res
 
 
-def probe_summary(runs: list[dict]) -> dict[str, tuple[float, float, int]]:
+def probe_summary(runs: list[dict], terms: tuple[tuple[str, str], ...]) -> dict[str, tuple[float, float, int]]:
     """{row label: (mean, sd, runs)} over several runs' probe results (seeds)."""
     out = {}
-    for label, path, _ in PROBE_ROWS:
+    for label, path, _ in probe_rows(terms):
         vals = [v for v in (probe_value(r, path) for r in runs) if v is not None]
         if vals:
             out[label] = (statistics.mean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0, len(vals))
     return out
 
 
-def format_probes(results: dict[str, list[dict] | dict]) -> str:
+def format_probes(results: dict[str, list[dict] | dict], terms: tuple[tuple[str, str], ...]) -> str:
     """A markdown table: probe rows x models ({label: result or [results over seeds]})."""
-    summ = {m: probe_summary(r if isinstance(r, list) else [r]) for m, r in results.items()}
+    summ = {m: probe_summary(r if isinstance(r, list) else [r], terms) for m, r in results.items()}
     labels = list(summ)
     lines = ["| probe | chance | " + " | ".join(labels) + " |", "|---|---:|" + "---:|" * len(labels)]
-    for label, _, fmt in PROBE_ROWS:
+    for label, _, fmt in probe_rows(terms):
         if not any(label in summ[m] for m in labels):
             continue
         cells = []
