@@ -256,8 +256,8 @@ def plain(value):
 
 
 def _validate_section(data: dict, where: str) -> ValidateConfig:
-    return ValidateConfig(params=from_dict(CheckParams, data.get("params") or {}, f"{where}.params"),
-                          deep=from_dict(ValidateConfig, {"deep": data.get("deep", True)}, where).deep)
+    deep = from_dict(ValidateConfig, {"deep": data.get("deep", True)}, where).deep
+    return ValidateConfig(params=from_dict(CheckParams, data.get("params") or {}, f"{where}.params"), deep=deep)
 
 
 # the flow's plans: (their YAML-level defaults, their reader); every other section is a stage's config dataclass,
@@ -270,8 +270,7 @@ _PLANS = {
                             "control": "clip-ft", "weights": {}, "protocols": [], "paper": {}},
                    lambda data, where: evaluate_plan(data)),
 }
-FLOW_OWN = {"name": "demo", "artifacts": "artifacts"}  # the config's own keys (not sections), their defaults
-FLOW_SECTIONS = ("dask",)  # the sections no stage runs with (the flow's: where the work goes)
+FLOW_OWN, FLOW_SECTIONS = {"name": "demo", "artifacts": "artifacts"}, ("dask",)  # own keys; sections no stage runs
 
 
 def sections() -> dict[str, type]:
@@ -284,7 +283,6 @@ def sections() -> dict[str, type]:
 def _defaults() -> dict:
     """The YAML-level defaults: every section's fields and defaults are its dataclass's (one source)."""
     from data_schemas.config import defaults
-
     return {**FLOW_OWN, **{name: _PLANS[cls][0]() if cls in _PLANS else plain(defaults(cls))
                            for name, cls in sections().items()}}
 
@@ -316,8 +314,8 @@ def flow_config(cfg: dict) -> FlowConfig:
         data = cfg[name]
         if not isinstance(data, dict):
             raise ConfigError(f"config {name}: a mapping expected, got {shown(data)}")
-        section[name] = _PLANS[cls][1](data, f"config {name}") if cls in _PLANS else from_dict(cls, data,
-                                                                                                 f"config {name}")
+        read = _PLANS[cls][1] if cls in _PLANS else lambda d, where, cls=cls: from_dict(cls, d, where)
+        section[name] = read(data, f"config {name}")
     tree = FlowConfig(name=safe_name(cfg["name"], "config name"), artifacts=str(cfg["artifacts"]), **section)
     _check_across(tree)
     return tree
