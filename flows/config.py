@@ -1,14 +1,14 @@
 """The pipeline config (one YAML) as one typed tree, ``FlowConfig``: every stage section is its stage's config
 dataclass (the one source of its fields, types and defaults), the flow's own sections typed plans. ``load_config``
-merges a file (and overrides) over the defaults and returns the tree; unknown keys, wrong types and values out of
-range are one-line ``ConfigError``s naming the key. Stages receive their typed section, never the YAML dict.
-"""
+merges a file (and overrides) over the defaults; unknown keys, wrong types and values out of range are one-line
+``ConfigError``s naming the key. Stages receive their typed section, never the YAML dict."""
 from __future__ import annotations
 
 import copy
 import dataclasses
 import hashlib
 import json
+import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -110,8 +110,7 @@ class EvaluatePlan:
     benchmarks: tuple[str, ...] | None = None  # None: all
     roots: dict[str, str] = field(default_factory=dict)
     settings: EvalConfig = field(default_factory=EvalConfig)
-    # unkeyed: which models and protocols, and how the report reads them, decide no one evaluation (each is keyed
-    # by its model's weights and its own settings, ``eval_config``)
+    # unkeyed: which models / protocols and how the report reads them decide no one evaluation (``eval_config``)
     models: tuple[str, ...] | None = unkeyed(None)  # None: all
     probes: bool = True
     control: str = unkeyed("clip-ft")
@@ -138,7 +137,7 @@ class EvaluatePlan:
         return self.protocols or (None,)
 
 
-EVALUATE_KEYS = ("benchmarks", "roots", "settings", "models", "probes", "control", "weights", "protocols", "paper")
+EVALUATE_KEYS = tuple(f.name for f in dataclasses.fields(EvaluatePlan) if f.name != "given")  # given: derived
 
 
 def evaluate_plan(data: dict) -> EvaluatePlan:
@@ -219,8 +218,10 @@ class ValidateConfig:
 @dataclass
 class FlowConfig:
     """The whole config as one typed tree: every stage section is its stage's config dataclass, the flow's own
-    sections the plans above. ``data`` with source coco and no root is the synthetic world (the world stage's
-    output is its root)."""
+    sections the plans above. The stage sections are the registry's: ``flows.registry`` checks each record's
+    ``section`` and ``config`` against them, in the registry's order; the defaults and the reading are generated
+    from these fields (``sections``). ``data`` with source coco and no root is the synthetic world (the world
+    stage's output is its root)."""
     name: str
     artifacts: str
     world: WorldConfig
@@ -254,21 +255,36 @@ def plain(value):
     return value
 
 
+def _validate_section(data: dict, where: str) -> ValidateConfig:
+    deep = from_dict(ValidateConfig, {"deep": data.get("deep", True)}, where).deep
+    return ValidateConfig(params=from_dict(CheckParams, data.get("params") or {}, f"{where}.params"), deep=deep)
+
+
+# the flow's plans: (their YAML-level defaults, their reader); every other section is a stage's config dataclass,
+# its defaults its fields', read by ``from_dict``
+_PLANS = {
+    ValidateConfig: (lambda: {"params": asdict(CheckParams()), "deep": True}, _validate_section),
+    TrainPlan: (lambda: {"arch": DEFAULT_ARCH, "base": None, "pretrained": None, "runs": {"macco": {"mode": "macco"}},
+                         "seeds": [0], "common": {}, "torchrun_nproc": 1}, lambda data, where: train_plan(data)),
+    EvaluatePlan: (lambda: {"benchmarks": "all", "roots": {}, "settings": {}, "models": "all", "probes": True,
+                            "control": "clip-ft", "weights": {}, "protocols": [], "paper": {}},
+                   lambda data, where: evaluate_plan(data)),
+}
+FLOW_OWN, FLOW_SECTIONS = {"name": "demo", "artifacts": "artifacts"}, ("dask",)  # own keys; sections no stage runs
+
+
+def sections() -> dict[str, type]:
+    """{section: its type} of ``FlowConfig`` in its order: the stages' (``flows.registry`` checks them against
+    the records' ``section`` / ``config``, in the registry's order), then the flow's own."""
+    hints = typing.get_type_hints(FlowConfig)
+    return {f.name: hints[f.name] for f in dataclasses.fields(FlowConfig) if f.name not in FLOW_OWN}
+
+
 def _defaults() -> dict:
     """The YAML-level defaults: every section's fields and defaults are its dataclass's (one source)."""
     from data_schemas.config import defaults
-
-    out = {"name": "demo", "artifacts": "artifacts",
-           **{name: plain(defaults(cls)) for name, cls in (("world", WorldConfig), ("data", CaptionsConfig),
-                                                            ("tokenizer", TokenizerConfig), ("parse", ParseConfig),
-                                                            ("ground", GroundingConfig), ("masks", MasksConfig),
-                                                            ("dask", DaskPlan))},
-           "validate": {"params": asdict(CheckParams()), "deep": True},
-           "train": {"arch": DEFAULT_ARCH, "base": None, "pretrained": None, "runs": {"macco": {"mode": "macco"}},
-                     "seeds": [0], "common": {}, "torchrun_nproc": 1},
-           "evaluate": {"benchmarks": "all", "roots": {}, "settings": {}, "models": "all", "probes": True,
-                        "control": "clip-ft", "weights": {}, "protocols": [], "paper": {}}}
-    return out
+    return {**FLOW_OWN, **{name: _PLANS[cls][0]() if cls in _PLANS else plain(defaults(cls))
+                           for name, cls in sections().items()}}
 
 
 DEFAULTS: dict = _defaults()
@@ -293,20 +309,14 @@ def _merge(base: dict, over: dict, path: str = "") -> dict:
 def flow_config(cfg: dict) -> FlowConfig:
     """The typed tree of a merged config dict (unknown keys, wrong types, values outside a ``Literal`` or a range
     fail naming the key), then the checks across sections."""
-    section = {name: from_dict(cls, cfg[name], f"config {name}") for name, cls in (
-        ("world", WorldConfig), ("tokenizer", TokenizerConfig), ("parse", ParseConfig),
-        ("ground", GroundingConfig), ("masks", MasksConfig), ("dask", DaskPlan))}
-    data = cfg["data"]
-    if not isinstance(data, dict):
-        raise ConfigError(f"config data: a mapping expected, got {shown(data)}")
-    validate = cfg["validate"]
-    tree = FlowConfig(
-        name=safe_name(cfg["name"], "config name"), artifacts=str(cfg["artifacts"]), **section,
-        data=from_dict(CaptionsConfig, data, "config data"),
-        validate=ValidateConfig(params=from_dict(CheckParams, validate.get("params") or {}, "config validate.params"),
-                                deep=from_dict(ValidateConfig, {"deep": validate.get("deep", True)},
-                                               "config validate").deep),
-        train=train_plan(cfg["train"]), evaluate=evaluate_plan(cfg["evaluate"]))
+    section = {}
+    for name, cls in sections().items():
+        data = cfg[name]
+        if not isinstance(data, dict):
+            raise ConfigError(f"config {name}: a mapping expected, got {shown(data)}")
+        read = _PLANS[cls][1] if cls in _PLANS else lambda d, where, cls=cls: from_dict(cls, d, where)
+        section[name] = read(data, f"config {name}")
+    tree = FlowConfig(name=safe_name(cfg["name"], "config name"), artifacts=str(cfg["artifacts"]), **section)
     _check_across(tree)
     return tree
 

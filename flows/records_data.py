@@ -10,6 +10,12 @@ from pathlib import Path
 
 from data_schemas import InputFileError, temp_name
 from flows.catalog import table_entry
+from pipeline.captions_stage import CaptionsConfig
+from pipeline.grounding.base import GroundingConfig
+from pipeline.masks_stage import MasksConfig
+from pipeline.parse_stage import ParseConfig
+from pipeline.siglip_folder import TokenizerConfig
+from pipeline.world import WorldConfig
 from flows.stage import Call, Stage, folder_key, packages, roots, weights_key
 
 FILE_LIST = "files.json"  # a stage's many files and their sizes (the world), checked by the done rule
@@ -72,12 +78,13 @@ def _captions(call: Call) -> dict:
     return {"outputs": outputs, "summary": m["captions"].get("summary", {})}
 
 
-def _source_entry(cfg) -> dict:
-    """A user's data as the ``source`` the captions stage reads: what it holds (``source_fingerprint``)."""
+def _source_entry(name: str, cfg) -> dict:
+    """A user's data as the ``source`` the captions stage reads when no world stage made one: what it holds
+    (``source_fingerprint``)."""
     from flows.config import key_of
     from pipeline.captions_stage import source_fingerprint
 
-    return {"kind": "data", "dir": None, "content_hash": key_of(source_fingerprint(cfg))}
+    return {"kind": "data", "dir": None, "content_hash": key_of(source_fingerprint(cfg.data))}
 
 
 # ---- tokenizer (a SigLIP model folder from the training captions; only with tokenizer.arch) ---------------------
@@ -98,6 +105,13 @@ def _tokenizer(call: Call) -> dict:
     return {"captions": len(train), "files": [str(call.out / "model" / "open_clip_config.json")],
             "outputs": {"tokenizer": {"kind": "folder", "dir": str(call.out / "model"), "folder": folder,
                                       "content_hash": tree_hash(call.out / "model")}}}
+
+
+def _use_folder(cfg, manifest: dict):
+    """The later stages read the model folder the tokenizer stage built (``built:tokenizer`` replaced by it)."""
+    from flows.config import use_built_folder
+
+    return use_built_folder(cfg, manifest["outputs"]["tokenizer"]["folder"])
 
 
 def _arch_json(section) -> list:
@@ -226,22 +240,24 @@ def _masks(call: Call) -> dict:
 
 STAGES = (
     Stage("world", "world", (), ("source",), roots("pipeline.world"), _world, when=lambda cfg: cfg.world_run,
-          packages=packages("Pillow")),
+          packages=packages("Pillow"), config=WorldConfig),
     Stage("captions", "data", ("source",), ("captions", "official", "images", "errors"),
-          roots("pipeline.captions_stage"), _captions, packages=packages("Pillow", "webdataset")),
+          roots("pipeline.captions_stage"), _captions, given=_source_entry, config=CaptionsConfig,
+          packages=packages("Pillow", "webdataset")),
     Stage("tokenizer", "tokenizer", ("captions",), ("tokenizer",), roots("pipeline.siglip_folder"), _tokenizer,
-          extras=_arch_json, when=lambda cfg: cfg.tokenizer.arch is not None,
-          packages=packages("tokenizers", "transformers")),
+          extras=_arch_json, when=lambda cfg: cfg.tokenizer.arch is not None, feeds=_use_folder,
+          config=TokenizerConfig, packages=packages("tokenizers", "transformers")),
     # a local-dir tokenizer's files (the tokenizer stage's folder, or the user's) are in its extras
     Stage("parse", "parse", ("captions", "official?", "tokenizer?"), ("scene_graphs", "token_masks", "errors"),
           roots("pipeline.parse_stage"), _parse, shards=_parse_shards,
           run_shard=lambda call, i: _parse_tables(call, only=[i], finalize=False),
-          extras=lambda section: folder_key(section.clip_model), packages=lambda section: (
+          extras=lambda section: folder_key(section.clip_model), config=ParseConfig, packages=lambda section: (
               "spacy", section.spacy_model, "open_clip_torch", "transformers",
               *(("SceneGraphParser",) if section.parser == "sng" else ()))),
     Stage("ground", "ground", ("captions", "scene_graphs", "images", "official?"), ("regions", "errors"), _ground_code,
           _ground, shards=_ground_shards, run_shard=lambda call, i: _ground_tables(call, only=[i], finalize=False),
-          extras=_grounding_weights, packages=_ground_packages),
+          extras=_grounding_weights, packages=_ground_packages, config=GroundingConfig),
     Stage("masks", "masks", ("captions", "regions"), ("patch_masks", "errors"), roots("pipeline.masks_stage"), _masks,
-          extras=lambda section: [k for m in section.models for k in folder_key(m)], packages=packages("numpy")),
+          extras=lambda section: [k for m in section.models for k in folder_key(m)], packages=packages("numpy"),
+          config=MasksConfig),
 )

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from data_schemas import replace_file
-from data_schemas.config import ConfigError
-from flows.config import plain
+from data_schemas.config import ConfigError, safe_name
+from flows.config import EvaluatePlan, TrainPlan, ValidateConfig, plain
 from flows.stage import Call, Stage, folder_key, packages, roots, weights_key
 
 MASK_TABLES = ("captions", "scene_graphs", "token_masks", "regions", "patch_masks")
@@ -47,6 +47,23 @@ def _validate(call: Call) -> dict:
     if failed:
         raise ValidationFailed(results)
     return {**report, "outputs": {"validation": {"kind": "validation", "content_hash": call.key}}}
+
+
+def _publish_checks(call: Call, result, sink) -> None:
+    """The check table and its summary beside the flow's work, for a passing gate and a failed one alike."""
+    from data_schemas.checks import CheckResult
+    from pipeline.validate import ValidationFailed, format_results
+
+    if isinstance(result, ValidationFailed):
+        results = result.results
+    elif isinstance(result, dict) and "checks" in result:
+        results = [CheckResult(**{**r, "examples": r["examples"].split("; ") if r["examples"] else []})
+                   for r in result["checks"]]
+    else:  # another user error: there is no check table to show
+        return
+    rows = [r.as_dict() | {"examples": "; ".join(r.examples)} for r in results]
+    sink.table("mask-table-checks", rows, "DuckDB checks over the mask tables")
+    sink.markdown("mask-table-summary", f"```\n{format_results(results)}\n```")
 
 
 # ---- train: the base chain, then every run x seed from the base's export --------------------------------------
@@ -100,6 +117,24 @@ def _train(call: Call) -> dict:
             "skipped_images": summary.get("skipped_images", 0),
             "skipped_examples": summary.get("skipped_examples", []), "last": last,
             "files": [exp["pt"], str(Path(exp["dir"]) / "open_clip_model.safetensors")], **run, "outputs": {}}
+
+
+def _watch_train(call: Call, sink) -> None:
+    """The run's log rows as log lines and a progress artifact (steps done)."""
+    from model.runlog import format_log_row
+
+    update = sink.progress(f"train-{call.label}", f"train {call.label}: steps done")
+
+    def on_row(row: dict) -> None:
+        call.log(format_log_row(call.label, row))
+        update(100.0 * row["step"] / row["total_steps"])
+
+    call.on_row = on_row
+
+
+def _run_folder(key: str, label: str) -> str:
+    """A training run's folder: ``runs/<name>-<key>`` (the report's folder ``runs/<config name>`` beside them)."""
+    return f"runs/{safe_name(label, 'run name')}-{key}"
 
 
 def _drive_train(stage: Stage, plan, runner) -> dict[str, list[dict]]:
@@ -279,6 +314,8 @@ def _report(call: Call) -> dict:
     """``results.md`` / ``results.json`` / ``results.png`` of every evaluation; with several protocols one report
     each under ``<protocol>/``, and with ``evaluate.paper`` the paper's tables beside ours and the registered bar
     (``pipeline.paper``) in the top ``results.md``."""
+    from model.benchmarks.registry import REPORT_ROWS
+    from model.losses import TERM_LABELS
     from pipeline.report import write_report
 
     evals, plan = call.extra["evaluations"], call.section
@@ -296,7 +333,8 @@ def _report(call: Call) -> dict:
     title = f"{call.label}: base vs fine-tunes"
     if not plan.protocols and not plan.paper:
         rep = write_report(by_protocol.get(None, {}), call.out, title, note, control=plan.control,
-                           untested=untrained)
+                           untested=untrained, rows=REPORT_ROWS,
+                           terms=TERM_LABELS)
     else:
         rep = _paper_report(call, by_protocol, title, note, untrained)
     return {**rep, "outputs": {"report": {"kind": "report", "dir": str(call.out), "content_hash": None}}}
@@ -305,12 +343,16 @@ def _report(call: Call) -> dict:
 def _paper_report(call: Call, by_protocol: dict, title: str, note: str, untrained: tuple) -> dict:
     """One report per protocol (``<out>/<protocol>/``), and ``results.md`` / ``paper.json`` on top: the paper's
     tables beside ours, the registered bar, then each protocol's table."""
+    from model.benchmarks.registry import REPORT_ROWS
+    from model.losses import TERM_LABELS
     from pipeline.paper import paper_section
     from pipeline.report import write_report
 
     plan, out = call.section, call.out
     parts = {p: write_report(res, out / (p or "report"), f"{title} (protocol {p or 'as configured'})", note,
-                             control=plan.control, untested=untrained) for p, res in by_protocol.items()}
+                             control=plan.control, untested=untrained, rows=REPORT_ROWS,
+                           terms=TERM_LABELS)
+             for p, res in by_protocol.items()}
     lines = [f"# {title}", "", note, ""]
     data: dict = {}
     if plan.paper:
@@ -326,6 +368,12 @@ def _paper_report(call: Call, by_protocol: dict, title: str, note: str, untraine
             "table": "\n".join(lines)}
 
 
+def _publish_report(call: Call, result, sink) -> None:
+    """The report's table as the markdown artifact ``evaluation-results-<config name>``."""
+    if isinstance(result, dict):
+        sink.markdown(f"evaluation-results-{call.label}", result["table"], f"{call.label}: evaluation results")
+
+
 def _drive_report(stage: Stage, plan, runner) -> dict:
     rep = runner.run(stage, plan.cfg.evaluate, plan.catalog.subset(stage.reads), label=plan.cfg.name,
                      out=runner.art / "runs" / plan.cfg.name,
@@ -337,12 +385,15 @@ def _drive_report(stage: Stage, plan, runner) -> dict:
 
 STAGES = (
     Stage("validate", "validate", (*MASK_TABLES, "errors"), ("validation",), roots("pipeline.validate"), _validate,
-          packages=packages("duckdb", "pyarrow")),
+          packages=packages("duckdb", "pyarrow"), publish=_publish_checks, config=ValidateConfig),
     Stage("train", "train", (*TRAINING_TABLES, "images"), ("runs",), roots("model.train"), _train,
-          after=("validation",), extras=_train_extras, drive=_drive_train, packages=packages(*MODEL_PACKAGES)),
+          after=("validation",), extras=_train_extras, drive=_drive_train, packages=packages(*MODEL_PACKAGES),
+          folder=_run_folder, watch=_watch_train, config=TrainPlan),
     Stage("evaluate", "evaluate", ("runs", "source?", *TRAINING_TABLES, "images"), ("evaluations",), _evaluate_code,
           _evaluate, drive=_drive_evaluate, packages=lambda section: (
-              *MODEL_PACKAGES, "scikit-learn", "scipy", "spacy", section.settings.spacy_model), check=_check_evaluate),
+              *MODEL_PACKAGES, "scikit-learn", "scipy", "spacy", section.settings.spacy_model), check=_check_evaluate,
+          config=EvaluatePlan),
     Stage("report", "evaluate", ("evaluations",), ("report",), roots("pipeline.report", "pipeline.paper"), _report,
-          drive=_drive_report, cached=False, packages=packages("matplotlib", "scipy")),
+          drive=_drive_report, cached=False, packages=packages("matplotlib", "scipy"), publish=_publish_report,
+          config=EvaluatePlan),
 )

@@ -6,6 +6,7 @@ Nothing here imports Prefect.
 from __future__ import annotations
 
 from flows import records_data, records_model
+from flows.config import FLOW_SECTIONS, sections
 from flows.stage import Stage
 
 
@@ -32,3 +33,20 @@ def topological(stages: tuple[Stage, ...]) -> tuple[Stage, ...]:
 ORDER: tuple[Stage, ...] = topological((*records_data.STAGES, *records_model.STAGES))
 BY_NAME: dict[str, Stage] = {s.name: s for s in ORDER}
 STAGES: tuple[str, ...] = tuple(s.name for s in ORDER)
+
+
+def check_sections(order: tuple[Stage, ...], declared: dict[str, type]) -> None:
+    """The config's stage sections are the records': each record's ``section`` a field of ``FlowConfig`` of its
+    ``config`` type, and the sections in the registry's order (the flow's own after them); else one line."""
+    ours = {k: v for k, v in declared.items() if k not in FLOW_SECTIONS}
+    wanted = list(dict.fromkeys(s.section for s in order))
+    if list(ours) != wanted:
+        raise ValueError(f"flows.config.FlowConfig's stage sections {list(ours)} are not the registry's {wanted} "
+                         "(one field per record's section, in the registry's order)")
+    for s in order:
+        if ours[s.section] is not s.config:
+            raise ValueError(f"stage {s.name}: its config {getattr(s.config, '__name__', s.config)} is not the type "
+                             f"of FlowConfig.{s.section} ({ours[s.section].__name__})")
+
+
+check_sections(ORDER, sections())

@@ -33,7 +33,7 @@ from typing import Any, Callable
 from data_schemas import (TABLES, InputFileError, TableError, lock_file, made_from, refuse_unreadable,
                           replace_file, verify_table)
 from data_schemas.checks import STAGE_RECORD, recorded_difference
-from data_schemas.config import ConfigError, safe_name
+from data_schemas.config import ConfigError
 from flows.catalog import Catalog, located, portable
 from flows.registry import BY_NAME, ORDER, STAGES
 from flows.stage import Call, Stage, _print, stage_key
@@ -252,10 +252,9 @@ class Runner:
         """Whether ``stage`` or anything after it is selected (otherwise the flow ends before it)."""
         return any(STAGES.index(s) >= STAGES.index(stage) for s in self.stages)
 
-    def stage_dir(self, stage: str, key: str, label: str = "") -> Path:
-        if stage == "train":
-            return self.art / "runs" / f"{safe_name(label, 'run name')}-{key}"
-        return self.art / stage / key
+    def stage_dir(self, stage: Stage, key: str, label: str = "") -> Path:
+        """``<artifacts>/<stage>/<key>``, or where the stage's ``folder`` hook puts it."""
+        return self.art / stage.folder(key, label) if stage.folder else self.art / stage.name / key
 
     def prepare(self, stage: str, out: Path) -> tuple[bool, bool]:
         """(run it?, refresh the Prefect cache?) for a stage whose output folder is ``out``."""
@@ -281,7 +280,7 @@ class Runner:
         if read_hashes is None:
             read_hashes = inputs.hashes(stage.reads)
         key = stage_key(stage, read_hashes, section, extras)
-        out = Path(out) if out is not None else self.stage_dir(stage.name, key, label)
+        out = Path(out) if out is not None else self.stage_dir(stage, key, label)
         call = Call(section, inputs, out, key, log=self.log, label=label, extra=extra or {})
         refuse_links(out, self.art)  # a stage folder (or one above it) that is a link: one line, nothing followed
         check_writable(out)  # before any work (a read-only artifacts folder: one line, nothing computed)
@@ -297,7 +296,7 @@ class Runner:
         """Every folder the selected stages write under and every input they check (``Stage.check``), before the
         first stage works: a file where ``artifacts/ground`` goes was found after world, captions and parse ran."""
         for name in selected:
-            root = self.art / ("runs" if name == "train" else name)
+            root = self.stage_dir(BY_NAME[name], "key", "run").parent
             refuse_links(root, self.art)
             if root.exists() and not root.is_dir():
                 raise InputFileError(f"{root}: is a file, not a folder (stage {name}'s outputs go under it): move it "
@@ -365,16 +364,13 @@ def _times(art: Path) -> dict[str, float]:
 
 def _drive_once(stage: Stage, plan: Plan, runner: Runner) -> dict:
     """A stage that runs once: its typed section, its reads from the catalog; its outputs join the catalog."""
-    from flows.records_data import _source_entry
-
-    if stage.name == "captions" and not plan.catalog.has("source"):  # a user's data: what it holds
-        plan.catalog.entries["source"] = _source_entry(plan.cfg.data)
+    for name in stage.reads if stage.given else ():  # a read no stage of this run wrote: the config's (user data)
+        if not name.endswith("?") and not plan.catalog.has(name):
+            plan.catalog.entries[name] = stage.given(name, plan.cfg)
     m = runner.run(stage, getattr(plan.cfg, stage.section), plan.catalog.subset(stage.reads))
     plan.catalog.add(stage.name, m)
-    if stage.name == "tokenizer":  # the later stages read the model folder it built
-        from flows.config import use_built_folder
-
-        plan.cfg = use_built_folder(plan.cfg, m["outputs"]["tokenizer"]["folder"])
+    if stage.feeds:  # what it made changes the later stages' config (e.g. the model folder it built)
+        plan.cfg = stage.feeds(plan.cfg, m)
     return m
 
 

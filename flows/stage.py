@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from data_schemas import TABLE_NAMES
 from data_schemas.config import keyed
@@ -48,9 +48,11 @@ class Stage:
     """One stage. ``run(call)`` does the work under ``call.out`` and returns the manifest's fields: ``outputs``
     (name -> entry; a table: ``flows.catalog.table_entry``) and whatever it reports. A sharded stage also has
     ``shards(call)`` (how many) and ``run_shard(call, i)``, each shard a task of its own, before ``run`` publishes.
-    ``drive`` (train, evaluate, report) runs the stage once per model through the runner; the others run once."""
+    ``drive`` (train, evaluate, report) runs the stage once per model through the runner; the others run once.
+    Whatever else is particular to a stage is a hook here (``folder``, ``given``, ``feeds``, ``watch``,
+    ``publish``): the runner and the Prefect tasks name no stage."""
     name: str
-    section: str  # the FlowConfig attribute holding its typed config
+    section: str  # the FlowConfig attribute holding its typed config (of type ``config``)
     reads: tuple[str, ...]  # what it reads (hashed into its key); "x?": when present
     writes: tuple[str, ...]  # what it writes
     code: Callable[[Any], tuple[str, ...]]  # section -> its code roots (their import closure is its code)
@@ -64,6 +66,24 @@ class Stage:
     drive: Callable | None = None  # (stage, plan, runner) -> the flow's result for it; None: run once
     cached: bool = True  # a finished run is served from its key (the report is written every time)
     check: Callable[[Any], None] | None = None  # FlowConfig -> raises on a bad input, before the first stage works
+    config: type | None = None  # the type of its section (``flows.config.FlowConfig``'s field, checked there)
+    # the hooks the runner and the Prefect tasks call, so neither names a stage:
+    folder: Callable[[str, str], str] | None = None  # (key, label) -> its folder under the artifacts root
+    given: Callable[[str, Any], dict] | None = None  # (read, FlowConfig) -> the entry of a read no stage wrote
+    feeds: Callable[[Any, dict], Any] | None = None  # (FlowConfig, its manifest) -> the config later stages get
+    watch: Callable[[Call, "Publisher"], None] | None = None  # before a flow run: what it reports while running
+    publish: Callable[[Call, Any, "Publisher"], None] | None = None  # (call, manifest or user error, sink) after
+
+
+class Publisher(Protocol):
+    """Where a stage shows what it made beside the work (the flow: Prefect artifacts, ``flows.tasks``); keys are
+    made artifact keys there."""
+
+    def table(self, key: str, rows: list[dict], description: str | None = None) -> None: ...
+
+    def markdown(self, key: str, markdown: str, description: str | None = None) -> None: ...
+
+    def progress(self, key: str, description: str) -> Callable[[float], None]: ...
 
 
 def roots(*modules: str) -> Callable[[Any], tuple[str, ...]]:

@@ -2,7 +2,8 @@
 sharded one; ``PrefectExecutor`` maps a stage's shards over the flow's task runner (threads, or Dask workers), then
 runs its task. Prefect's cache key (``cache_key_fn``) is the stage's content key, so a new process, a new day or a
 colleague sharing the artifacts folder skips finished work, and the flow refreshes a task whose outputs are
-missing. What Prefect shows beside the work (the check table, the results table, progress) is published here.
+missing. What Prefect shows beside the work (the check table, the results table, progress) is each stage's own
+``watch`` / ``publish`` hook, shown here as Prefect artifacts (``PrefectPublisher``): nothing here names a stage.
 """
 from __future__ import annotations
 
@@ -43,50 +44,41 @@ def artifact_key(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
 
 
-def _train_progress(name: str, logger):
-    """The training's log rows as flow log lines and a Prefect progress artifact (steps done)."""
-    from model.runlog import format_log_row
+class PrefectPublisher:
+    """A stage's ``publish`` / ``watch`` sink (``flows.stage.Publisher``): Prefect artifacts."""
 
-    artifact = create_progress_artifact(progress=0.0, key=artifact_key(f"train-{name}"),
-                                        description=f"train {name}: steps done")
+    def table(self, key: str, rows: list[dict], description: str | None = None) -> None:
+        create_table_artifact(key=artifact_key(key), table=rows, description=description)
 
-    def on_row(row: dict) -> None:
-        logger.info(format_log_row(name, row))
-        update_progress_artifact(artifact, progress=100.0 * row["step"] / row["total_steps"])
+    def markdown(self, key: str, markdown: str, description: str | None = None) -> None:
+        create_markdown_artifact(key=artifact_key(key), markdown=markdown, description=description)
 
-    return on_row
-
-
-def _publish_checks(results) -> None:
-    from pipeline.validate import format_results
-
-    rows = [r.as_dict() | {"examples": "; ".join(r.examples)} for r in results]
-    create_table_artifact(key="mask-table-checks", table=rows, description="DuckDB checks over the mask tables")
-    create_markdown_artifact(key="mask-table-summary", markdown=f"```\n{format_results(results)}\n```")
+    def progress(self, key: str, description: str):
+        artifact = create_progress_artifact(progress=0.0, key=artifact_key(key), description=description)
+        return lambda percent: update_progress_artifact(artifact, progress=percent)
 
 
-@cached_task(name="stage", task_run_name="{run_name}")
-def stage_task(name: str, run_name: str, call: Call, key: str) -> dict:
-    """Stage ``name`` (``flows.registry.BY_NAME``) for ``call``; a finished output is read back, not redone."""
-    from pipeline.validate import ValidationFailed
-
-    logger = get_run_logger()
-    call.log = logger.info
-    if name == "train":
-        call.on_row = _train_progress(call.label, logger)
+def _stage(name: str, run_name: str, call: Call, key: str) -> dict:
+    """Stage ``name`` (``flows.registry.BY_NAME``) for ``call``; a finished output is read back, not redone; what
+    the stage shows beside its work (its ``watch`` and ``publish`` hooks) as Prefect artifacts."""
+    stage, sink = BY_NAME[name], PrefectPublisher()
+    call.log = get_run_logger().info
+    if stage.watch:
+        stage.watch(call, sink)
     try:
-        m = complete(BY_NAME[name], call)
-    except ValidationFailed as exc:  # the check table is shown for a failed gate too
-        _publish_checks(exc.results)
+        m = complete(stage, call)
+    except USER_ERRORS as exc:  # shown too (a failed gate's check table)
+        if stage.publish:
+            stage.publish(call, exc, sink)
         return user_failure(exc)
-    except USER_ERRORS as exc:
-        return user_failure(exc)
-    if name == "validate" and "checks" in m:
-        from data_schemas.checks import CheckResult
-
-        _publish_checks([CheckResult(**{**r, "examples": r["examples"].split("; ") if r["examples"] else []})
-                         for r in m["checks"]])
+    if stage.publish:
+        stage.publish(call, m, sink)
     return m
+
+
+stage_task = cached_task(name="stage", task_run_name="{run_name}")(_stage)
+# a stage written every time (not ``Stage.cached``: the report)
+fresh_stage_task = task(name="stage-fresh", task_run_name="{run_name}")(_stage)
 
 
 @cached_task(name="stage-shard", task_run_name="{name}-shard-{shard}")
@@ -97,16 +89,6 @@ def shard_task(name: str, call: Call, shard: int, key: str) -> int:
     except USER_ERRORS as exc:
         return user_failure(exc)
     return shard
-
-
-@task(name="report", task_run_name="report")
-def report_task(run_name: str, call: Call) -> dict:
-    """The report (written every time); its table as the markdown artifact ``evaluation-results-<config name>``."""
-    call.log = get_run_logger().info
-    rep = complete(BY_NAME["report"], call)
-    create_markdown_artifact(key=artifact_key(f"evaluation-results-{run_name}"), markdown=rep["table"],
-                             description=f"{run_name}: evaluation results")
-    return rep
 
 
 def run_trigger() -> str:
@@ -131,16 +113,17 @@ class PrefectExecutor:
     """Runs a stage as Prefect tasks: its shards mapped over the flow's task runner, then its task."""
 
     def execute(self, stage: Stage, call: Call, refresh: bool) -> dict:
-        if stage.name == "report":
-            return report_task(call.label, call)
         if refresh and stage.shards is not None:
             self._shards(stage, call)
             call.mapped = True
         elif stage.shards is not None:
             call.mapped = True  # a Cached stage: its task reads back what its shards made
-        if stage.name == "evaluate":  # the history tells a scheduled re-evaluation from a manual run
-            call.extra["trigger"] = run_trigger()
+        # what started the run, for a stage that records it (the history tells a scheduled re-evaluation from a
+        # manual run)
+        call.extra["trigger"] = run_trigger()
         run_name = f"{stage.name}-{call.label}" if call.label else stage.name
+        if not stage.cached:
+            return _value(fresh_stage_task(stage.name, run_name, call, call.key))
         t = stage_task.with_options(refresh_cache=True) if refresh else stage_task
         return _value(t(stage.name, run_name, call, call.key))
 

@@ -264,9 +264,7 @@ def cmd_ground(args) -> int:
 
     tables = Path(args.tables)
     cfg = config_from_args(GroundingConfig, args, GROUND_FLAGS, "macco ground")
-    found = {t: _find(tables, t) for t in ("captions", "scene_graphs")}
-    if cfg.backend == "official":
-        found["official"] = _find(tables, "official")
+    found = stage_tables("ground", tables)  # its record's reads (the official table when there is one)
     images = {"kind": "images", "dir": str(args.images) if args.images else None,
               "instances": str(args.instances) if args.instances else None, "content_hash": None}
     out = Path(args.out or tables) / "ground"
@@ -277,14 +275,21 @@ def cmd_ground(args) -> int:
     return 0
 
 
-def _find(tables_root: Path, name: str) -> Path:
-    from data_schemas import TableError
+def stage_tables(stage: str, tables_root: Path) -> dict[str, Path]:
+    """The tables ``stage``'s record reads (``Stage.reads``: the verb lists none again), found under
+    ``tables_root``: a missing one is one line naming it; an optional one (``name?``) when present."""
+    from data_schemas import TABLES, TableError
+    from flows.registry import BY_NAME
     from pipeline.validate import discover_tables
 
-    found = discover_tables(tables_root)
-    if name not in found:
-        raise TableError(f"{tables_root}: no complete table {name} under it")
-    return found[name]
+    found, out = discover_tables(tables_root), {}
+    for read in BY_NAME[stage].reads:
+        name = read.rstrip("?")
+        if name in found and name in TABLES:
+            out[name] = found[name]
+        elif name in TABLES and not read.endswith("?"):
+            raise TableError(f"{tables_root}: no complete table {name} under it")
+    return out
 
 
 def cmd_masks(args) -> int:
@@ -294,7 +299,7 @@ def cmd_masks(args) -> int:
     from pipeline.masks_stage import MasksConfig
 
     root = Path(args.tables)
-    inputs = folder_catalog({t: _find(root, t) for t in ("captions", "regions")})
+    inputs = folder_catalog(stage_tables("masks", root))
     out = Path(args.out or root / "ground")
     cfg = from_dict(MasksConfig, {"models": args.model} if args.model else {}, "macco masks")
     m = run_in_folder("masks", cfg, inputs, out, log=_quiet)["outputs"]

@@ -203,6 +203,8 @@ def cmd_agreement(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from model.benchmarks.registry import REPORT_ROWS
+    from model.losses import TERM_LABELS
     from pipeline.report import load_results, write_report
 
     if args.out.exists() and not args.out.is_dir():
@@ -210,13 +212,14 @@ def cmd_report(args) -> int:
               file=sys.stderr)
         return 2
     try:
-        results = load_results(args.results)
+        results = load_results(args.results, REPORT_ROWS)
     except (ValueError, FileNotFoundError) as exc:
         print(f"macco report: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     if args.control not in results and len(results) > 1:
         print(f"macco report: no results labelled {args.control!r} (--control): no paired tests", file=sys.stderr)
-    rep = write_report(results, args.out, args.title, args.note, control=args.control)
+    rep = write_report(results, args.out, args.title, args.note, control=args.control, rows=REPORT_ROWS,
+                       terms=TERM_LABELS)
     print(rep["table"])
     print(f"\nwrote {rep['markdown']}  {rep['png']}")
     return 0

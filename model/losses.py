@@ -20,21 +20,31 @@ pairs only, summed over B.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 
+def _term(weight: float, label: str):
+    """A term's one declared entry: its weight (the field's default), its name (the field's: the term's key and its
+    ``loss_weights`` key in a run's config) and its label in the report's rows (``TERM_LABELS``)."""
+    return field(default=weight, metadata={"label": label})
+
+
 @dataclass
 class LossWeights:
     """The weight of each loss term, named as the term (``loss_weights`` in a run's config: one name from the YAML
-    to the term; the paper's values)."""
-    contrast_loss: float = 1.0
-    intra_modal_contrast_loss: float = 0.1
-    text_reconstruction_loss: float = 20.0
-    image_reconstruction_loss: float = 250.0
+    to the term; the paper's values), with its label in the report."""
+    contrast_loss: float = _term(1.0, "contrast")
+    intra_modal_contrast_loss: float = _term(0.1, "MIR")
+    text_reconstruction_loss: float = _term(20.0, "masked text")
+    image_reconstruction_loss: float = _term(250.0, "masked image")
+
+
+# (term, label) of every term in LossWeights' order: the report's gradient rows (handed to pipeline.report)
+TERM_LABELS: tuple[tuple[str, str], ...] = tuple((f.name, f.metadata["label"]) for f in dataclasses.fields(LossWeights))
 
 
 def contrast_loss(images: list[torch.Tensor], texts: list[torch.Tensor], scale: torch.Tensor,

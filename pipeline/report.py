@@ -6,8 +6,9 @@ import statistics
 from pathlib import Path
 
 from pipeline.report_figure import chance_segments, paired_marks, results_figure  # noqa: F401 (API)
-from pipeline.results import (CHANCE, GROUPS, PARTIAL_MARK, _dropped_groups, _missing_images,  # noqa: F401 (API)
-                              _seed, check_results_shape, collect, load_results, partial_groups, partial_mismatches)
+from pipeline.results import (PARTIAL_MARK, Rows, _dropped_groups, _missing_images, _seed,  # noqa: F401 (API)
+                              chance_of, check_results_shape, collect, load_results, partial_groups,
+                              partial_mismatches)
 
 
 def mcnemar(model: list[str], control: list[str]) -> dict:
@@ -64,8 +65,8 @@ def holm(pvalues: dict[str, float]) -> dict[str, float]:
     return adjusted
 
 
-def paired_tests(results: dict[str, list[dict]], control: str,
-                 untested: tuple[str, ...] = ("base",)) -> dict[str, dict[str, dict]]:
+def paired_tests(results: dict[str, list[dict]], control: str, untested: tuple[str, ...] = ("base",), *,
+                 rows: Rows) -> dict[str, dict[str, dict]]:
     """{model: {row label: mcnemar(model, control)}} for every model but ``control`` and the ``untested`` ones (the
     base, models evaluated without training: they have no seeds to pair), runs paired
     by seed (seeds only one side has are left out). Each model's rows are one family: ``p_holm`` is the case-level
@@ -74,33 +75,33 @@ def paired_tests(results: dict[str, list[dict]], control: str,
     out: dict[str, dict[str, dict]] = {}
     if control not in results:
         return out
-    unlike = partial_mismatches(results, control)
+    unlike = partial_mismatches(results, control, rows)
     for label, runs in results.items():
         if label == control or label in untested:
             continue
         pairs = seed_pairs(runs, results[control])
-        rows = {}
-        for bench, key, name in GROUPS:
+        tested = {}
+        for bench, key, name, _ in rows:
             m = [a["benchmarks"][bench].get("cases", {}).get(key) for a, b in pairs
                  if bench in a["benchmarks"] and bench in b["benchmarks"]]
             k = [b["benchmarks"][bench].get("cases", {}).get(key) for a, b in pairs
                  if bench in a["benchmarks"] and bench in b["benchmarks"]]
             if m and None not in m and None not in k and name not in unlike.get(label, {}):
-                rows[name] = mcnemar(m, k)
-        for name, p in holm({name: r["p_case"] for name, r in rows.items()}).items():
-            rows[name]["p_holm"] = p
-        out[label] = rows
+                tested[name] = mcnemar(m, k)
+        for name, p in holm({name: r["p_case"] for name, r in tested.items()}).items():
+            tested[name]["p_holm"] = p
+        out[label] = tested
     return out
 
 
-def _probe_section(results: dict[str, list[dict]]) -> list[str]:
+def _probe_section(results: dict[str, list[dict]], terms: tuple[tuple[str, str], ...]) -> list[str]:
     probes = {m: [r["probes"] for r in runs if "probes" in r] for m, runs in results.items()}
     probes = {m: v for m, v in probes.items() if v}
     if not probes:
         return []
     spread = "mean ± sd over seeds" if any(len(v) > 1 for v in probes.values()) else "one seed per model"
     return ["", f"## Probes (held-out world images and captions; {spread})", "",
-            format_probes(probes), "",
+            format_probes(probes, terms), "",
             "Image probes: cross-validated ridge from the global image embedding (or the patch tokens) to each "
             "colour's centre; pair direction: the read-outs order a held-out left/above pair correctly. Text: "
             "mean cosine of a caption with its subject/object swap and its attribute swap (1.0 = the swap is "
@@ -115,42 +116,46 @@ def _probe_section(results: dict[str, list[dict]]) -> list[str]:
 
 
 def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str, note: str = "",
-                 control: str = "clip-ft", alpha: float = 0.05, untested: tuple[str, ...] = ("base",)) -> dict:
+                 control: str = "clip-ft", alpha: float = 0.05, untested: tuple[str, ...] = ("base",), *,
+                 rows: Rows, terms: tuple[tuple[str, str], ...]) -> dict:
     """``results.md`` / ``results.json`` / ``results.png``. Every model's cells are marked where a paired
-    McNemar test against ``control`` (cases pooled over seeds) gives p < ``alpha``: ▲ better, ▼ worse."""
+    McNemar test against ``control`` (cases pooled over seeds) gives p < ``alpha``: ▲ better, ▼ worse. ``rows``:
+    the report's rows, each benchmark record's (``model.benchmarks.registry.REPORT_ROWS``); ``terms``: the loss
+    terms' labels (``model.losses.TERM_LABELS``)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = collect(results)
-    tests = paired_tests(results, control, untested)
-    names = [name for _, _, name in GROUPS if any(name in table[m] for m in table)]
+    table = collect(results, rows)
+    tests = paired_tests(results, control, untested, rows=rows)
+    names = [name for _, _, name, _ in rows if any(name in table[m] for m in table)]
     marks = paired_marks(table, tests, control, alpha)
-    partial = partial_groups(results)
-    lines = [f"# {title}", "", note, "", *_table_lines(table, names, marks, partial),
-             *_legend(table, results, tests, control, alpha), *_partial_lines(partial, results, tests, control),
-             *_test_lines(tests, control, alpha), *_notes(results), *_probe_section(results)]
+    partial = partial_groups(results, rows)
+    lines = [f"# {title}", "", note, "", *_table_lines(table, names, marks, chance_of(rows), partial),
+             *_legend(table, results, tests, control, alpha),
+             *_partial_lines(partial, results, tests, control, rows), *_test_lines(tests, control, alpha),
+             *_notes(results, rows), *_probe_section(results, terms)]
     md = out_dir / "results.md"
     md.write_text("\n".join(lines) + "\n")
     png = out_dir / "results.png"
-    results_figure(table, names, title, marks, partial=set(partial)).savefig(png, dpi=120)
+    results_figure(table, names, title, marks, partial=set(partial), chance=chance_of(rows)).savefig(png, dpi=120)
     (out_dir / "results.json").write_text(json.dumps(
         {"benchmarks": {m: {n: {"mean": v[0], "sd": v[1], "seeds": v[2], "n": v[3]} for n, v in rows.items()}
                         for m, rows in table.items()},
          "paired_tests": {"control": control, "alpha": alpha, "correction": "holm, per model over its groups",
                           "models": tests},
-         "cases": case_outcomes(results), "partial": partial,
+         "cases": case_outcomes(results, rows), "partial": partial,
          "probes": {m: {k: {"mean": v[0], "sd": v[1], "runs": v[2]} for k, v in
-                        probe_summary([r["probes"] for r in runs if "probes" in r]).items()}
+                        probe_summary([r["probes"] for r in runs if "probes" in r], terms).items()}
                     for m, runs in results.items()}}, indent=2))
     return {"markdown": str(md), "png": str(png), "table": "\n".join(lines)}
 
 
-def case_outcomes(results: dict[str, list[dict]]) -> dict[str, list[dict]]:
+def case_outcomes(results: dict[str, list[dict]], rows: Rows) -> dict[str, list[dict]]:
     """{model: [{"seed", "groups": {row label: case string}}]}: every run's per-case outcomes ('1' right, '0' wrong,
     'x' no image), what ``paired_tests`` reads, so each p-value can be re-derived from ``results.json`` alone."""
     out = {}
     for label, runs in results.items():
         out[label] = [{"seed": _seed(r, i), "groups": {
-            name: r["benchmarks"][bench]["cases"][key] for bench, key, name in GROUPS
+            name: r["benchmarks"][bench]["cases"][key] for bench, key, name, _ in rows
             if key in r.get("benchmarks", {}).get(bench, {}).get("cases", {})}} for i, r in enumerate(runs)]
     return out
 
@@ -159,7 +164,8 @@ def _seeds(table: dict) -> dict[str, int]:
     return {m: max((v[2] for v in table[m].values()), default=0) for m in table}
 
 
-def _table_lines(table: dict, names: list[str], marks: dict, partial: dict | None = None) -> list[str]:
+def _table_lines(table: dict, names: list[str], marks: dict, chance: dict[str, float],
+                 partial: dict | None = None) -> list[str]:
     """The model x group table: mean (± sd over seeds) and the paired test's mark per cell; a group some model
     averages over part of its files (``partial``) marked on its row (``_partial_lines`` names what it lacks)."""
     labels, seeds = list(table), _seeds(table)
@@ -177,11 +183,11 @@ def _table_lines(table: dict, names: list[str], marks: dict, partial: dict | Non
             mark = marks.get((m, name), "")
             cells.append(f"{100 * mean:.1f}" + (f" ± {100 * sd:.1f}" if k > 1 else "") + (f" {mark}" if mark else ""))
         label = f"{name} {PARTIAL_MARK}" if name in (partial or {}) else name
-        lines.append(f"| {label} | {n} | {100 * CHANCE[name]:.0f} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label} | {n} | {100 * chance[name]:.0f} | " + " | ".join(cells) + " |")
     return lines
 
 
-def _partial_lines(partial: dict, results: dict, tests: dict, control: str) -> list[str]:
+def _partial_lines(partial: dict, results: dict, tests: dict, control: str, rows: Rows) -> list[str]:
     """The legend of the partial mark: each marked group and the files it lacks (per model where they differ); and
     the groups no paired test compares because a model's and the control's average different files."""
     if not partial:
@@ -196,12 +202,12 @@ def _partial_lines(partial: dict, results: dict, tests: dict, control: str) -> l
                          f"; {', '.join(m for m in results if m not in models) or 'no model'} complete")
     lines = ["", f"{PARTIAL_MARK}: partial, the group averages only the files its benchmark root holds "
              "(`allow_partial`), not the benchmark's full set: " + "; ".join(parts) + "."]
-    unlike = {m: rows for m, rows in partial_mismatches(results, control).items() if m in tests}
+    unlike = {m: groups for m, groups in partial_mismatches(results, control, rows).items() if m in tests}
     if unlike:
         lines += ["", f"Not compared with {control} (no paired test, no mark): " + "; ".join(
             f"{name} ({m} {'lacks ' + ', '.join(v) if v else 'complete'}, {control} "
             f"{'lacks ' + ', '.join(partial[name][control]) if control in partial[name] else 'complete'})"
-            for m, rows in unlike.items() for name, v in rows.items()) +
+            for m, groups in unlike.items() for name, v in groups.items()) +
             ": a partial group is not compared with a complete one, nor with one missing other files."]
     return lines
 
@@ -240,14 +246,14 @@ def _test_lines(tests: dict, control: str, alpha: float) -> list[str]:
     return lines
 
 
-def _notes(results: dict) -> list[str]:
+def _notes(results: dict, rows: Rows) -> list[str]:
     """What the table leaves out: cases without an image (``--allow-missing``), groups with no case scored."""
     lines = []
     partial = _missing_images(results)
     if partial:
         lines += ["", "Scored with images missing (`--allow-missing`; those cases are left out of n): " + "; ".join(
             f"{b} ({', '.join(f'{m}: {k}' for m, k in ms.items())} cases)" for b, ms in partial.items())]
-    dropped = _dropped_groups(results)
+    dropped = _dropped_groups(results, rows)
     if dropped:
         lines += ["", "Not reported (the benchmark ran but gave no value for the group: no case scored, or, for ARO "
                   "VG-Attribution, no attribute group with at least vga_min_count cases): "
@@ -255,8 +261,8 @@ def _notes(results: dict) -> list[str]:
     return lines
 
 
-# (label, path into a probe result, format): the rows of the probe table
-PROBE_ROWS = [
+# (label, path into a probe result, format): the rows of the probe table, then a gradient row per tower and term
+_PROBE_ROWS = [
     ("image: position R² x (global)", ("image_global", "r2_x"), "r2"),
     ("image: position R² y (global)", ("image_global", "r2_y"), "r2"),
     ("image: pair direction (global) %", ("image_global", "direction_acc"), "pct"),
@@ -278,10 +284,14 @@ PROBE_ROWS = [
     ("retrieval i→t R@1 %", ("retrieval", "i2t_r1"), "pct"),
     ("retrieval t→i R@1 %", ("retrieval", "t2i_r1"), "pct"),
     ("zero-shot top-1 %", ("zeroshot_top1",), "pct"),
-] + [(f"grad ‖{tower}‖ ← {label}", ("gradient_norms", term, tower), "g")
-     for tower in ("text", "image")
-     for term, label in (("contrast_loss", "contrast"), ("intra_modal_contrast_loss", "MIR"),
-                         ("text_reconstruction_loss", "masked text"), ("image_reconstruction_loss", "masked image"))]
+]
+
+
+def probe_rows(terms: tuple[tuple[str, str], ...]) -> list[tuple[str, tuple[str, ...], str]]:
+    """The probe table's rows: the probes', then each tower's gradient norm per loss term; ``terms``: (term,
+    label) of each, declared with its weight (``model.losses.TERM_LABELS``, handed in: pipeline imports no model)."""
+    return _PROBE_ROWS + [(f"grad ‖{tower}‖ ← {label}", ("gradient_norms", term, tower), "g")
+                          for tower in ("text", "image") for term, label in terms]
 # the reconstruction terms' names in probe results written before they were renamed (read as the new names)
 OLD_TERM_NAMES = {"text_reconstruction_loss": "mask_loss_text", "image_reconstruction_loss": "mask_loss_image"}
 PROBE_CHANCE = {"image: pair direction (global) %": "50", "image: pair direction (patches) %": "50",
@@ -299,22 +309,22 @@ def probe_value(res: dict, path: tuple[str, ...]):
     return res
 
 
-def probe_summary(runs: list[dict]) -> dict[str, tuple[float, float, int]]:
+def probe_summary(runs: list[dict], terms: tuple[tuple[str, str], ...]) -> dict[str, tuple[float, float, int]]:
     """{row label: (mean, sd, runs)} over several runs' probe results (seeds)."""
     out = {}
-    for label, path, _ in PROBE_ROWS:
+    for label, path, _ in probe_rows(terms):
         vals = [v for v in (probe_value(r, path) for r in runs) if v is not None]
         if vals:
             out[label] = (statistics.mean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0, len(vals))
     return out
 
 
-def format_probes(results: dict[str, list[dict] | dict]) -> str:
+def format_probes(results: dict[str, list[dict] | dict], terms: tuple[tuple[str, str], ...]) -> str:
     """A markdown table: probe rows x models ({label: result or [results over seeds]})."""
-    summ = {m: probe_summary(r if isinstance(r, list) else [r]) for m, r in results.items()}
+    summ = {m: probe_summary(r if isinstance(r, list) else [r], terms) for m, r in results.items()}
     labels = list(summ)
     lines = ["| probe | chance | " + " | ".join(labels) + " |", "|---|---:|" + "---:|" * len(labels)]
-    for label, _, fmt in PROBE_ROWS:
+    for label, _, fmt in probe_rows(terms):
         if not any(label in summ[m] for m in labels):
             continue
         cells = []

@@ -2,12 +2,13 @@
 paired test's marks."""
 from __future__ import annotations
 
-from pipeline.results import CHANCE, PARTIAL_MARK
+from pipeline.results import PARTIAL_MARK
 
 
-def chance_segments(names: list[str], half: float = 0.45) -> list[tuple[float, float, float]]:
-    """(x from, x to, chance %) of each group's chance line on the bar chart (group i centred on x = i)."""
-    return [(i - half, i + half, 100 * CHANCE[n]) for i, n in enumerate(names)]
+def chance_segments(names: list[str], chance: dict[str, float], half: float = 0.45) -> list[tuple[float, float, float]]:
+    """(x from, x to, chance %) of each group's chance line on the bar chart (group i centred on x = i); ``chance``:
+    each row's chance accuracy (``pipeline.results.chance_of``)."""
+    return [(i - half, i + half, 100 * chance[n]) for i, n in enumerate(names)]
 
 
 def paired_marks(table: dict, tests: dict, control: str, alpha: float) -> dict[tuple[str, str], str]:
@@ -28,7 +29,7 @@ def paired_marks(table: dict, tests: dict, control: str, alpha: float) -> dict[t
 
 
 def results_figure(table: dict, names: list[str], title: str, marks: dict | None = None,
-                   partial: set[str] | frozenset = frozenset()):
+                   partial: set[str] | frozenset = frozenset(), *, chance: dict[str, float]):
     """Grouped bars of ``collect``'s table (error bars: sd over seeds where a model has several), each group's
     n under its name and its own chance line; ▲/▼ above a bar: the paired test against the control
     (``paired_marks``); † after a group's name: ``partial`` (averaged over part of its files)."""
@@ -54,7 +55,7 @@ def results_figure(table: dict, names: list[str], title: str, marks: dict | None
                        rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)
-    segs = chance_segments(names)
+    segs = chance_segments(names, chance)
     if segs:
         x0, x1, ys = zip(*segs)
         ax.hlines(ys, x0, x1, color="black", lw=1.0, ls="--", label="chance")

@@ -1,4 +1,4 @@
-"""Evaluation results as the report reads them: its rows (``GROUPS``, ``CHANCE``), the results files
+"""Evaluation results as the report reads them: its rows (``rows``: each benchmark record's), the results files
 (``load_results``, their shape checked: ``check_results_shape``), and the model x group table (``collect``)."""
 from __future__ import annotations
 
@@ -7,26 +7,15 @@ from pathlib import Path
 
 from data_schemas import load_json
 
-# (benchmark, group key, label) rows of the report, in the order of the paper's tables
-GROUPS = [
-    ("aro-vgr", "macro", "ARO VG-Relation (macro)"),
-    ("aro-vga", "macro", "ARO VG-Attribution (macro)"),
-    ("coco-order", "precision_at_1", "ARO COCO-Order (P@1)"),
-    ("flickr-order", "precision_at_1", "ARO Flickr-Order (P@1)"),
-    ("sugarcrepe", "attribute", "SugarCrepe attribute"),
-    ("sugarcrepe", "relation", "SugarCrepe relation"),
-    ("sugarcrepe", "object", "SugarCrepe object"),
-    ("vl-checklist", "attribute", "VL-CheckList attribute"),
-    ("vl-checklist", "relation", "VL-CheckList relation"),
-    ("vl-checklist", "object", "VL-CheckList object"),
-    ("valse", "avg", "VALSE avg"),
-    ("whatsup", "whatsup_macro", "What's Up controlled"),
-]
+# the report's rows: (benchmark, group key, label, chance accuracy), in the order of the paper's tables — declared
+# on each benchmark's record (``model.benchmarks.registry.REPORT_ROWS``) and handed in by the caller (the report
+# stage, ``macco report``): pipeline never imports model
+Rows = tuple[tuple[str, str, str, float], ...]
 
 
-# chance accuracy of each row: two options (true vs one negative) except the Order tasks (1 of 5) and What's Up (1 of 4)
-CHANCE = {name: 0.5 for _, _, name in GROUPS} | {"ARO COCO-Order (P@1)": 0.2, "ARO Flickr-Order (P@1)": 0.2,
-                                                 "What's Up controlled": 0.25}
+def chance_of(rows) -> dict[str, float]:
+    """{row label: chance accuracy} of the report's rows."""
+    return {name: chance for _, _, name, chance in rows}
 
 
 def _n(bench: dict, key: str) -> int:
@@ -37,20 +26,20 @@ def _n(bench: dict, key: str) -> int:
     return sum(v.get("n", 0) for v in bench["subsets"].values())
 
 
-def collect(results: dict[str, list[dict]]) -> dict:
+def collect(results: dict[str, list[dict]], rows: Rows) -> dict:
     """{model label: [eval json per seed]} -> {label: {row label: (mean, spread, n_seeds, n_cases)}}."""
     table: dict[str, dict] = {}
     for label, runs in results.items():
-        rows = {}
-        for bench, key, name in GROUPS:
+        cells = {}
+        for bench, key, name, _ in rows:
             vals = [r["benchmarks"][bench]["groups"].get(key) for r in runs if bench in r["benchmarks"]]
             vals = [v for v in vals if v is not None]
             if not vals:
                 continue
             n = _n(next(r for r in runs if bench in r["benchmarks"])["benchmarks"][bench], key)
             spread = statistics.stdev(vals) if len(vals) > 1 else 0.0
-            rows[name] = (statistics.mean(vals), spread, len(vals), n)
-        table[label] = rows
+            cells[name] = (statistics.mean(vals), spread, len(vals), n)
+        table[label] = cells
     return table
 
 
@@ -68,7 +57,7 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def check_results_shape(benches: dict, path: Path) -> None:
+def check_results_shape(benches: dict, path: Path, rows: Rows) -> None:
     """Raise ``ValueError`` naming the file and the key for anything the report would read that is not what
     ``macco eval`` writes: groups a mapping of finite numbers (or null), subsets a mapping of subsets with an
     integer ``n`` >= 0 and a finite (or null) accuracy, per-case strings of 1/0/x."""
@@ -77,7 +66,7 @@ def check_results_shape(benches: dict, path: Path) -> None:
         if not isinstance(b["groups"], dict):
             raise ValueError(f"{where}.groups: a mapping of group -> accuracy expected, got "
                              f"{type(b['groups']).__name__} {str(b['groups'])[:60]!r}")
-        for bench, key, _ in GROUPS:
+        for bench, key, _, _ in rows:
             v = b["groups"].get(key) if bench == name else None
             if v is not None and not _number(v):
                 raise ValueError(f"{where}.groups.{key}: {v!r} is not a finite number")
@@ -125,12 +114,12 @@ def _missing_images(results: dict[str, list[dict]]) -> dict[str, dict[str, int]]
     return out
 
 
-def _dropped_groups(results: dict[str, list[dict]]) -> dict[str, list[str]]:
+def _dropped_groups(results: dict[str, list[dict]], rows: Rows) -> dict[str, list[str]]:
     """{report row: the models whose results hold its benchmark but no value for the group} — e.g. an ARO
     VG-Attribution macro with every group under ``vga_min_count`` cases, or a file with no scorable case: named
     in the report instead of left out silently."""
     out: dict[str, list[str]] = {}
-    for bench, key, name in GROUPS:
+    for bench, key, name, _ in rows:
         for label, runs in results.items():
             if any(bench in r["benchmarks"] and r["benchmarks"][bench]["groups"].get(key) is None for r in runs):
                 out.setdefault(name, []).append(label)
@@ -140,11 +129,11 @@ def _dropped_groups(results: dict[str, list[dict]]) -> dict[str, list[str]]:
 PARTIAL_MARK = "†"  # a group averaged over part of its files (``allow_partial``): results.md, results.png
 
 
-def partial_groups(results: dict[str, list[dict]]) -> dict[str, dict[str, list[str]]]:
+def partial_groups(results: dict[str, list[dict]], rows: Rows) -> dict[str, dict[str, list[str]]]:
     """{report row: {model: the files its group lacks}} for the groups an evaluation marks partial (the benchmark's
     ``missing_files``: averaged over the files present only); a model's seeds pooled."""
     out: dict[str, dict[str, list[str]]] = {}
-    for bench, key, name in GROUPS:
+    for bench, key, name, _ in rows:
         for label, runs in results.items():
             lacks = sorted({f for r in runs for f in r["benchmarks"].get(bench, {}).get("missing_files", {})
                             .get(key, [])})
@@ -153,11 +142,11 @@ def partial_groups(results: dict[str, list[dict]]) -> dict[str, dict[str, list[s
     return out
 
 
-def partial_mismatches(results: dict[str, list[dict]], control: str) -> dict[str, dict[str, list[str]]]:
+def partial_mismatches(results: dict[str, list[dict]], control: str, rows: Rows) -> dict[str, dict[str, list[str]]]:
     """{model: {report row: what it lacks beside the control}} where a model's group and the control's average
     different sets of files (one partial, the other complete, or partial differently): no paired test compares
     them (their cases are not the same), and the report says so."""
-    partial = partial_groups(results)
+    partial = partial_groups(results, rows)
     out: dict[str, dict[str, list[str]]] = {}
     for name, models in partial.items():
         ref = models.get(control, [])
@@ -167,7 +156,7 @@ def partial_mismatches(results: dict[str, list[dict]], control: str) -> dict[str
     return out
 
 
-def load_results(specs: list[str]) -> dict[str, list[dict]]:
+def load_results(specs: list[str], rows: Rows) -> dict[str, list[dict]]:
     """``LABEL=PATH`` specs -> {label: [evaluation json per seed]} for ``write_report``. PATH is a results.json
     (``macco eval --out``, the evaluate stage) or the evaluate stage directory holding one; a label given more
     than once is several seeds of one model, each seed read from the run name in its json (``NAME-s<seed>``, as
@@ -192,7 +181,7 @@ def load_results(specs: list[str]) -> dict[str, list[dict]]:
                 not all(isinstance(b, dict) and "groups" in b for b in benches.values()):
             raise ValueError(f"{p}: not an evaluation results.json (needs benchmarks.<name>.groups, as macco eval "
                              "--out writes; a report's results.json is not one)")
-        check_results_shape(benches, p)
+        check_results_shape(benches, p, rows)
         check_probes(run.get("probes"), p)
         results.setdefault(label, []).append(run)
         files.setdefault(label, []).append(p)

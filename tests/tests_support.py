@@ -219,7 +219,8 @@ def task_states(flow_run_id) -> dict[str, list[str]]:
         runs = c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])), limit=200)
     out: dict[str, list[str]] = {}
     for r in runs:
-        group = next((g for g in ("parse-shard", "ground-shard", "train", "evaluate") if r.name.startswith(g)), r.name)
+        groups = ("parse-shard", "ground-shard", "train", "evaluate", "report")
+        group = next((g for g in groups if r.name.startswith(g)), r.name)
         out.setdefault(group, []).append(r.state.name)
     return out
 

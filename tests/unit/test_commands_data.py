@@ -12,3 +12,22 @@ def test_csv_whose_images_are_all_missing_says_so(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "none of the 2 captions' images was found under" in err and "--image-root" in err
     assert len(read_table(TABLES["errors"], tmp_path / "T" / "errors")) == 2  # the rows are still there
+
+
+def test_a_verbs_tables_are_its_records_reads(tmp_path):
+    """macco ground / masks find the tables their stage's record reads (``Stage.reads``), not a list of their own:
+    a missing one is one line naming it; an optional one (the official table) joins when present."""
+    import pytest
+
+    from data_schemas import TableError, write_table
+    from flows.registry import BY_NAME
+    from macco.commands_data import stage_tables
+
+    for name in ("captions", "scene_graphs", "regions"):
+        write_table(TABLES[name], tmp_path / name, TABLES[name].from_rows([]))
+    assert set(stage_tables("masks", tmp_path)) == {r for r in BY_NAME["masks"].reads} == {"captions", "regions"}
+    assert set(stage_tables("ground", tmp_path)) == {"captions", "scene_graphs"}  # images: the verb's flag
+    write_table(TABLES["official"], tmp_path / "official", TABLES["official"].from_rows([]))
+    assert set(stage_tables("ground", tmp_path)) == {"captions", "scene_graphs", "official"}
+    with pytest.raises(TableError, match=r"official: no complete table captions under it"):
+        stage_tables("masks", tmp_path / "official")

@@ -132,3 +132,20 @@ def test_text_reconstruction_at_masked_positions_equals_the_all_position_loss(cl
     ref = masked_text_nll(text_log_probs(tp, x, g, y, yg), t, tm)
     ours = text_reconstruction_loss(tp.predict(x, g, y, yg, tm), tp.head, t[tm], tm.nonzero()[:, 0], 3)
     assert torch.allclose(ours, ref, atol=1e-5)
+
+
+def test_a_term_is_one_declared_entry():
+    """A loss term's weight, its config key and its report label are one LossWeights field: the report's gradient
+    rows and a run's loss_weights keys follow the fields."""
+    import dataclasses
+
+    from model.losses import TERM_LABELS, LossWeights, term_weights
+    from model.train_config import TrainConfig
+    from pipeline.report import probe_rows
+
+    names = [f.name for f in dataclasses.fields(LossWeights)]
+    assert [t for t, _ in TERM_LABELS] == names == list(term_weights(LossWeights()))
+    assert set(TrainConfig().loss_weights) == set(names)
+    grads = [label for label, path, _ in probe_rows(TERM_LABELS) if path[0] == "gradient_norms"]
+    assert grads == [f"grad ‖{tower}‖ ← {label}" for tower in ("text", "image") for _, label in TERM_LABELS]
+    assert dict(TERM_LABELS)["intra_modal_contrast_loss"] == "MIR"

@@ -6,6 +6,8 @@ import random
 import numpy as np
 import pytest
 
+from model.benchmarks.registry import REPORT_ROWS as ROWS
+from model.losses import TERM_LABELS as TERMS
 from model.probes import (direction_captions, position_probe, retrieval, swap_captions, text_direction_probe,
                           unique_positions, zero_shot)
 
@@ -151,7 +153,8 @@ def test_paired_tests_pair_runs_by_seed():
 
     # the model's runs come in another order and include a seed the control lacks
     t = paired_tests({"clip-ft": [res("clip-ft-s0", "000"), res("clip-ft-s1", "111")],
-                      "macco": [res("macco-s1", "111"), res("macco-s2", "000"), res("macco-s0", "110")]}, "clip-ft")
+                      "macco": [res("macco-s1", "111"), res("macco-s2", "000"), res("macco-s0", "110")]}, "clip-ft",
+                     rows=ROWS)
     r = t["macco"]["What's Up controlled"]
     assert r["pairs"] == 2 and (r["b"], r["c"]) == (2, 0)
 
@@ -166,13 +169,13 @@ def test_report_marks_significant_cells_and_writes_the_probe_table(tmp_path):
                 "probes": {"image_global": {"r2_x": 0.7, "direction_acc": 0.95}, "text": {"direction_acc": 0.5}}}
 
     better, control = "1" * 30 + "0" * 10, "0" * 30 + "0" * 10
-    rep = write_report({"clip-ft": [res(control)], "macco": [res(better)]}, tmp_path, "t")
+    rep = write_report({"clip-ft": [res(control)], "macco": [res(better)]}, tmp_path, "t", rows=ROWS, terms=TERMS)
     md = (tmp_path / "results.md").read_text()
     assert "| What's Up controlled | 40 | 25 | 0.0 | 75.0 ▲ |" in md  # n: the cases the group pools
     assert "| What's Up controlled | 40 | 40 | 30 | 0 | 1.86e-09 | 30 / 0 | 1.86e-09 | 1.86e-09 * |" in md  # one group
     assert "| image: position R² x (global) | 0 | 0.70 | 0.70 |" in md
     # no control evaluated: said, and nothing marked
-    write_report({"macco": [res(better)]}, tmp_path / "nc", "t")
+    write_report({"macco": [res(better)]}, tmp_path / "nc", "t", rows=ROWS, terms=TERMS)
     md = (tmp_path / "nc" / "results.md").read_text()
     assert "No paired tests: the control 'clip-ft' was not evaluated." in md and "▲" not in md
     data = json.loads((tmp_path / "results.json").read_text())
@@ -189,6 +192,6 @@ def test_probe_table_reads_gradient_norms_under_the_terms_old_names():
                               "image_reconstruction_loss": {"text": 3.0, "image": 0.0}}}
     old = {"gradient_norms": {"mask_loss_text": {"text": 4.0, "image": 0.0},
                               "mask_loss_image": {"text": 5.0, "image": 0.0}}}
-    got = probe_summary([new, old])
+    got = probe_summary([new, old], TERMS)
     assert got["grad ‖text‖ ← masked text"] == (3.0, pytest.approx(2 ** 0.5), 2)
     assert got["grad ‖text‖ ← masked image"][:1] == (4.0,) and "grad ‖text‖ ← contrast" not in got

@@ -116,3 +116,55 @@ def test_every_deployment_names_registry_stages():
         params = d.get("parameters", {})
         for name in [*params.get("stages", []), *params.get("force", [])]:
             assert name in STAGES, (d["name"], name)
+
+
+def stage_names_in(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string in ``path``'s code (docstrings aside) that is a stage's name or begins with one
+    as a word (``"train-..."``, ``"report/..."``): a stage named outside its record."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    word = re.compile(rf"^({'|'.join(STAGES)})(\W|$)")
+    return [(n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs and word.match(n.value)]
+
+
+@pytest.mark.parametrize("module", ["flows/runner.py", "flows/tasks.py"])
+def test_the_runner_and_the_tasks_name_no_stage(module):
+    """What is particular to a stage (its folder, a read the config gives, what it feeds the later stages, what it
+    shows beside its work) is a hook on its record: the runner and the tasks work for any stage."""
+    assert stage_names_in(REPO / module) == []
+
+
+def test_a_stage_named_in_code_is_found(tmp_path):
+    """The check above finds a stage branch (a docstring may name stages)."""
+    src = tmp_path / "m.py"
+    src.write_text('"""train, then report."""\ndef f(stage):\n    """evaluate"""\n'
+                   '    return stage.name == "train" or f"report-{stage}"\n')
+    assert stage_names_in(src) == [(4, "train"), (4, "report-")]
+
+
+def test_the_config_sections_are_the_registrys():
+    """FlowConfig's stage sections, its defaults and what load_config reads are the records' sections, in the
+    registry's order, each of its record's config type; a section out of order or of another type is refused."""
+    import dataclasses
+
+    from flows.config import DEFAULTS, FLOW_OWN, FLOW_SECTIONS, sections
+    from flows.registry import check_sections
+
+    declared = sections()
+    stage_sections = list(dict.fromkeys(s.section for s in ORDER))
+    assert [k for k in declared if k not in FLOW_SECTIONS] == stage_sections
+    assert list(DEFAULTS) == [*FLOW_OWN, *declared]
+    cfg = load_config(None)
+    for stage in ORDER:
+        assert isinstance(getattr(cfg, stage.section), stage.config), stage.name
+    swapped = dict(reversed(list(declared.items())))
+    with pytest.raises(ValueError, match="not the registry's"):
+        check_sections(ORDER, swapped)
+    wrong = (dataclasses.replace(ORDER[0], config=dict), *ORDER[1:])
+    with pytest.raises(ValueError, match=f"stage {ORDER[0].name}: its config dict"):
+        check_sections(wrong, declared)

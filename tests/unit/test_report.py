@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from pipeline.report import case_outcomes, holm, mcnemar, write_report
-from pipeline.results import GROUPS
+from model.benchmarks.registry import REPORT_ROWS as ROWS
+from model.losses import TERM_LABELS as TERMS
+from pipeline.report import case_outcomes, chance_of, holm, mcnemar, write_report
 
 
 def test_holm_adjusts_step_down_and_stays_monotone():
@@ -27,7 +28,7 @@ def test_holm_over_eleven_groups_keeps_p_0_003_and_drops_p_0_045():
 def _run(label: str, bits: dict[str, str]) -> dict:
     """A run whose groups hold the given case strings (each group's score: the share of '1')."""
     benches: dict = {}
-    for bench, key, name in GROUPS:
+    for bench, key, name, _ in ROWS:
         if name in bits:
             b = benches.setdefault(bench, {"subsets": {}, "groups": {}, "cases": {}})
             b["subsets"][key] = {"n": len(bits[name])}
@@ -37,12 +38,13 @@ def _run(label: str, bits: dict[str, str]) -> dict:
 
 
 def test_a_raw_p_under_alpha_is_unmarked_when_holm_lifts_it(tmp_path):
-    names = [name for _, _, name in GROUPS]
+    names = [name for _, _, name, _ in ROWS]
     strong, weak = names[0], names[1]
     control = {n: "0" * 40 for n in names}
     model = {n: "0" * 40 for n in names} | {strong: "1" * 30 + "0" * 10, weak: "1" * 7 + "0" * 33}
     assert mcnemar([model[weak]], [control[weak]])["p_case"] < 0.05  # 7 / 0 discordant cases: p 0.016 raw
-    write_report({"clip-ft": [_run("clip-ft-s0", control)], "macco": [_run("macco-s0", model)]}, tmp_path, "t")
+    write_report({"clip-ft": [_run("clip-ft-s0", control)], "macco": [_run("macco-s0", model)]}, tmp_path, "t",
+                 rows=ROWS, terms=TERMS)
     md = (tmp_path / "results.md").read_text()
     main_table = md.split("###")[0]  # the model x group table, before the tests' tables
     row = {line.split(" | ")[0][2:]: line for line in main_table.splitlines() if line.startswith("| ")}
@@ -53,13 +55,13 @@ def test_a_raw_p_under_alpha_is_unmarked_when_holm_lifts_it(tmp_path):
 
 
 def test_every_p_value_is_re_derived_from_results_json_alone(tmp_path):
-    names = [name for _, _, name in GROUPS][:4]
+    names = [name for _, _, name, _ in ROWS][:4]
     runs = {"clip-ft": [_run(f"clip-ft-s{s}", {n: ("10" * 21)[s:s + 40] for n in names}) for s in (0, 1)],
             "macco": [_run(f"macco-s{s}", {n: ("110" * 20)[s + i:s + i + 40] for i, n in enumerate(names)})
                       for s in (1, 0)]}
-    write_report(runs, tmp_path, "t")
+    write_report(runs, tmp_path, "t", rows=ROWS, terms=TERMS)
     data = json.loads((tmp_path / "results.json").read_text())
-    assert data["cases"] == case_outcomes(runs)
+    assert data["cases"] == case_outcomes(runs, ROWS)
     ctrl = {r["seed"]: r["groups"] for r in data["cases"]["clip-ft"]}
     for name, stored in data["paired_tests"]["models"]["macco"].items():
         pairs = [(r["groups"][name], ctrl[r["seed"]][name]) for r in data["cases"]["macco"]]
@@ -74,7 +76,7 @@ def test_the_captions_image_free_level_is_reported_as_a_baseline_not_a_bound(tmp
     control beat it), so the report names it a baseline and never says accuracy above it must come from the image."""
     recon = {"direction_acc": 0.42, "image_free": {"direction_acc": 0.393}}
     write_report({"macco": [{"label": "macco-s0", "benchmarks": {}, "probes": {"reconstruction": recon}}]},
-                 tmp_path, "t")
+                 tmp_path, "t", rows=ROWS, terms=TERMS)
     probes = (tmp_path / "results.md").read_text().split("## Probes")[1]
     assert "| recon: direction words, captions' baseline % |  | 39.3 |" in probes
     assert "image-free %" not in probes and "only accuracy above" not in probes
@@ -95,7 +97,7 @@ def test_a_partial_group_is_marked_on_its_row_and_the_legend_names_what_it_lacks
     rows = {"VALSE avg": "1100" * 10, "SugarCrepe object": "10" * 20}
     runs = {m: [_partial(_run(f"{m}-s0", rows), "valse", "avg", ["plurals", "foil-it"])]
             for m in ("clip-ft", "macco")}
-    write_report(runs, tmp_path, "t")
+    write_report(runs, tmp_path, "t", rows=ROWS, terms=TERMS)
     md = (tmp_path / "results.md").read_text()
     table = {ln.split(" | ")[0][2:]: ln for ln in md.split("###")[0].splitlines() if ln.startswith("| ")}
     assert "VALSE avg †" in table and "SugarCrepe object" in table
@@ -110,7 +112,7 @@ def test_a_partial_group_is_not_compared_with_a_complete_one_and_the_report_says
     rows = {"VALSE avg": "1" * 40, "SugarCrepe object": "10" * 20}
     control = _run("clip-ft-s0", {"VALSE avg": "0" * 40, "SugarCrepe object": "10" * 20})
     runs = {"clip-ft": [control], "macco": [_partial(_run("macco-s0", rows), "valse", "avg", ["plurals"])]}
-    write_report(runs, tmp_path, "t")
+    write_report(runs, tmp_path, "t", rows=ROWS, terms=TERMS)
     md = (tmp_path / "results.md").read_text()
     tests = json.loads((tmp_path / "results.json").read_text())["paired_tests"]["models"]["macco"]
     assert "VALSE avg" not in tests and "SugarCrepe object" in tests
@@ -125,7 +127,22 @@ def test_the_figure_marks_a_partial_group_in_its_label():
     from pipeline.report import collect, results_figure
 
     run = _partial(_run("m-s0", {"VALSE avg": "10" * 5, "SugarCrepe object": "10" * 5}), "valse", "avg", ["x"])
-    fig = results_figure(collect({"m": [run]}), ["SugarCrepe object", "VALSE avg"], "t", partial={"VALSE avg"})
+    fig = results_figure(collect({"m": [run]}, ROWS), ["SugarCrepe object", "VALSE avg"], "t",
+                         partial={"VALSE avg"}, chance=chance_of(ROWS))
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert labels == ["SugarCrepe object\n(n=10)", "VALSE avg †\n(n=10)"]
     assert any("†: partial" in t.get_text() for t in fig.texts)
+
+
+def test_the_reports_rows_are_the_benchmark_records(tmp_path):
+    """A benchmark's report rows (group, label, chance) are declared on its registry record: a record's rows reach
+    the table and the chance column with no edit to pipeline/ (it is handed the rows)."""
+    from model.benchmarks.registry import _RECORDS
+
+    assert ROWS == tuple((b.name, *row) for b in _RECORDS for row in b.rows)
+    assert len({name for _, _, name, _ in ROWS}) == len(ROWS)
+    new = (("new-bench", "macro", "New bench (macro)", 1 / 3),)
+    run = {"label": "m-s0", "benchmarks": {"new-bench": {"subsets": {"a": {"n": 6}}, "groups": {"macro": 0.5},
+                                                         "cases": {"macro": "111000"}}}}
+    write_report({"m": [run]}, tmp_path, "t", rows=(*ROWS, *new), terms=TERMS)
+    assert "| New bench (macro) | 6 | 33 | 50.0 |" in (tmp_path / "results.md").read_text()

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 from macco.cli import main
+from model.benchmarks.registry import REPORT_ROWS as ROWS
+from model.losses import TERM_LABELS as TERMS
 from pipeline.report import load_results, write_report
 from tests_support import eval_json
 
@@ -29,11 +31,11 @@ def test_report_names_a_group_it_drops(tmp_path, capsys):
 
 def test_report_says_spread_only_with_several_seeds(tmp_path):
     one = {"clip-ft": [eval_json("clip-ft-s0", "000")], "macco": [eval_json("macco-s0", "110")]}
-    md = Path(write_report(one, tmp_path / "one", "t")["markdown"]).read_text()
+    md = Path(write_report(one, tmp_path / "one", "t", rows=ROWS, terms=TERMS)["markdown"]).read_text()
     assert "Accuracy in %; one seed per model: no spread estimate." in md
     assert "standard deviation" not in md and "±" not in md
     two = {**one, "macco": [eval_json("macco-s0", "110"), eval_json("macco-s1", "111")]}
-    md = Path(write_report(two, tmp_path / "two", "t")["markdown"]).read_text()
+    md = Path(write_report(two, tmp_path / "two", "t", rows=ROWS, terms=TERMS)["markdown"]).read_text()
     assert "Accuracy in %; ± is the standard deviation over seeds." in md and "no spread estimate" not in md
     assert "| What's Up controlled | 3 | 25 | 0.0 | 83.3 ± 23.6 |" in md
 
@@ -62,14 +64,14 @@ def test_report_verb_without_run_names_pairs_by_order(tmp_path, capsys):
     assert main(["report", f"clip-ft={files[0]}", f"clip-ft={files[1]}", f"macco={files[2]}", f"macco={files[3]}",
                  "--out", str(tmp_path / "rep")]) == 0
     assert "| What's Up controlled | 3 | 6 | 3 | 1 |" in (tmp_path / "rep" / "results.md").read_text()
-    assert load_results([f"macco={files[2]}"]) == {"macco": [eval_json(None, "111")]}
+    assert load_results([f"macco={files[2]}"], ROWS) == {"macco": [eval_json(None, "111")]}
 
 
 def test_report_verb_errors_are_one_line(tmp_path, capsys):
     good = write_eval(tmp_path / "good.json", eval_json("macco-s0", "110"))
     (tmp_path / "bad.json").write_text("{not json")
     (tmp_path / "empty").mkdir()
-    write_report({"macco": [eval_json("macco-s0", "110")]}, tmp_path / "rep", "t")
+    write_report({"macco": [eval_json("macco-s0", "110")]}, tmp_path / "rep", "t", rows=ROWS, terms=TERMS)
     out = ["--out", str(tmp_path / "o")]
     cases = [
         ([str(good)], f"bad results spec {str(good)!r}: expected LABEL=PATH"),
