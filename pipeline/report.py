@@ -6,9 +6,9 @@ import statistics
 from pathlib import Path
 
 from pipeline.report_figure import chance_segments, paired_marks, results_figure  # noqa: F401 (API)
-from pipeline.results import (PARTIAL_MARK, Rows, _dropped_groups, _missing_images, _seed,  # noqa: F401 (API)
-                              chance_of, check_results_shape, collect, load_results, partial_groups,
-                              partial_mismatches)
+from pipeline.results import (PROBE_ROWS, PARTIAL_MARK, Rows, _dropped_groups, _missing_images,  # noqa: F401
+                              _seed, chance_of, check_results_shape, collect, load_results, partial_groups,
+                              partial_mismatches, probe_value)
 
 
 def mcnemar(model: list[str], control: list[str]) -> dict:
@@ -261,52 +261,16 @@ def _notes(results: dict, rows: Rows) -> list[str]:
     return lines
 
 
-# (label, path into a probe result, format): the rows of the probe table, then a gradient row per tower and term
-_PROBE_ROWS = [
-    ("image: position R² x (global)", ("image_global", "r2_x"), "r2"),
-    ("image: position R² y (global)", ("image_global", "r2_y"), "r2"),
-    ("image: pair direction (global) %", ("image_global", "direction_acc"), "pct"),
-    ("image: position R² x (patches)", ("image_patches", "r2_x"), "r2"),
-    ("image: pair direction (patches) %", ("image_patches", "direction_acc"), "pct"),
-    ("text: relation-swap cosine", ("text", "relation_swap_cosine"), "r2"),
-    ("text: attribute-swap cosine", ("text", "attribute_swap_cosine"), "r2"),
-    ("text: relation direction %", ("text", "direction_acc"), "pct"),
-    ("text: bigram shift, word tokens %", ("text", "bigram_shift_tokens_acc"), "pct"),
-    ("text: bigram shift, EOT %", ("text", "bigram_shift_eot_acc"), "pct"),
-    ("recon: relation words %", ("reconstruction", "relation_acc"), "pct"),
-    ("recon: relation words, captions' baseline %", ("reconstruction", "image_free", "relation_acc"), "pct"),
-    ("recon: direction words %", ("reconstruction", "direction_acc"), "pct"),
-    ("recon: direction words, captions' baseline %", ("reconstruction", "image_free", "direction_acc"), "pct"),
-    ("recon: filler words %", ("reconstruction", "filler_acc"), "pct"),
-    ("recon: filler words, captions' baseline %", ("reconstruction", "image_free", "filler_acc"), "pct"),
-    ("recon: attribute words %", ("reconstruction", "attribute_acc"), "pct"),
-    ("recon: attribute words, captions' baseline %", ("reconstruction", "image_free", "attribute_acc"), "pct"),
-    ("retrieval i→t R@1 %", ("retrieval", "i2t_r1"), "pct"),
-    ("retrieval t→i R@1 %", ("retrieval", "t2i_r1"), "pct"),
-    ("zero-shot top-1 %", ("zeroshot_top1",), "pct"),
-]
 
 
 def probe_rows(terms: tuple[tuple[str, str], ...]) -> list[tuple[str, tuple[str, ...], str]]:
     """The probe table's rows: the probes', then each tower's gradient norm per loss term; ``terms``: (term,
     label) of each, declared with its weight (``model.losses.TERM_LABELS``, handed in: pipeline imports no model)."""
-    return _PROBE_ROWS + [(f"grad ‖{tower}‖ ← {label}", ("gradient_norms", term, tower), "g")
+    return PROBE_ROWS + [(f"grad ‖{tower}‖ ← {label}", ("gradient_norms", term, tower), "g")
                           for tower in ("text", "image") for term, label in terms]
-# the reconstruction terms' names in probe results written before they were renamed (read as the new names)
-OLD_TERM_NAMES = {"text_reconstruction_loss": "mask_loss_text", "image_reconstruction_loss": "mask_loss_image"}
 PROBE_CHANCE = {"image: pair direction (global) %": "50", "image: pair direction (patches) %": "50",
                 "text: relation direction %": "50", "image: position R² x (global)": "0",
                 "image: position R² y (global)": "0", "image: position R² x (patches)": "0"}
-
-
-def probe_value(res: dict, path: tuple[str, ...]):
-    for k in path:
-        if isinstance(res, dict) and k not in res:
-            k = OLD_TERM_NAMES.get(k, k)
-        if not isinstance(res, dict) or k not in res:
-            return None
-        res = res[k]
-    return res
 
 
 def probe_summary(runs: list[dict], terms: tuple[tuple[str, str], ...]) -> dict[str, tuple[float, float, int]]:

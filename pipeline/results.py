@@ -87,16 +87,57 @@ def check_results_shape(benches: dict, path: Path, rows: Rows) -> None:
             raise ValueError(f"{where}.cases: a mapping of group -> a string of 1/0/x per case expected")
 
 
-def check_probes(probes, path: Path) -> None:
-    """Every probe value the report reads (``report.PROBE_ROWS``) a finite number or absent: ``ValueError``
-    naming the file and the key (a string was a TypeError traceback in the mean)."""
-    from .report import PROBE_ROWS, probe_value
+# (label, path into a probe result, format): the rows of the probe table, then a gradient row per tower and term
+PROBE_ROWS = [
+    ("image: position R² x (global)", ("image_global", "r2_x"), "r2"),
+    ("image: position R² y (global)", ("image_global", "r2_y"), "r2"),
+    ("image: pair direction (global) %", ("image_global", "direction_acc"), "pct"),
+    ("image: position R² x (patches)", ("image_patches", "r2_x"), "r2"),
+    ("image: pair direction (patches) %", ("image_patches", "direction_acc"), "pct"),
+    ("text: relation-swap cosine", ("text", "relation_swap_cosine"), "r2"),
+    ("text: attribute-swap cosine", ("text", "attribute_swap_cosine"), "r2"),
+    ("text: relation direction %", ("text", "direction_acc"), "pct"),
+    ("text: bigram shift, word tokens %", ("text", "bigram_shift_tokens_acc"), "pct"),
+    ("text: bigram shift, EOT %", ("text", "bigram_shift_eot_acc"), "pct"),
+    ("recon: relation words %", ("reconstruction", "relation_acc"), "pct"),
+    ("recon: relation words, captions' baseline %", ("reconstruction", "image_free", "relation_acc"), "pct"),
+    ("recon: direction words %", ("reconstruction", "direction_acc"), "pct"),
+    ("recon: direction words, captions' baseline %", ("reconstruction", "image_free", "direction_acc"), "pct"),
+    ("recon: filler words %", ("reconstruction", "filler_acc"), "pct"),
+    ("recon: filler words, captions' baseline %", ("reconstruction", "image_free", "filler_acc"), "pct"),
+    ("recon: attribute words %", ("reconstruction", "attribute_acc"), "pct"),
+    ("recon: attribute words, captions' baseline %", ("reconstruction", "image_free", "attribute_acc"), "pct"),
+    ("retrieval i→t R@1 %", ("retrieval", "i2t_r1"), "pct"),
+    ("retrieval t→i R@1 %", ("retrieval", "t2i_r1"), "pct"),
+    ("zero-shot top-1 %", ("zeroshot_top1",), "pct"),
+]
 
+# the reconstruction terms' names in probe results written before they were renamed (read as the new names)
+OLD_TERM_NAMES = {"text_reconstruction_loss": "mask_loss_text", "image_reconstruction_loss": "mask_loss_image"}
+
+
+def probe_value(res: dict, path: tuple[str, ...]):
+    for k in path:
+        if isinstance(res, dict) and k not in res:
+            k = OLD_TERM_NAMES.get(k, k)
+        if not isinstance(res, dict) or k not in res:
+            return None
+        res = res[k]
+    return res
+
+
+def check_probes(probes, path: Path) -> None:
+    """Every probe value the report reads (``PROBE_ROWS``, every tower's gradient norm per term) a finite number or
+    absent: ``ValueError`` naming the file and the key (a string was a TypeError traceback in the mean)."""
     if probes is None:
         return
     if not isinstance(probes, dict):
         raise ValueError(f"{path}: probes: a mapping of probe -> results expected, got {type(probes).__name__}")
-    for _, keys, _ in PROBE_ROWS:
+    grads = probes.get("gradient_norms")
+    grads = grads if isinstance(grads, dict) else {}
+    paths = [keys for _, keys, _ in PROBE_ROWS] + [("gradient_norms", term, tower) for term, towers in grads.items()
+                                                    if isinstance(towers, dict) for tower in towers]
+    for keys in paths:
         v = probe_value(probes, keys)
         if v is not None and not _number(v):
             raise ValueError(f"{path}: probes.{'.'.join(keys)}: {str(v)[:40]!r} is not a finite number")
