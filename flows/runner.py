@@ -1,21 +1,16 @@
 """The runner: runs the registry's stages and owns their guarantees, once for the flow and for every ``macco`` verb.
 
-- **Keys and paths.** A stage's output is ``artifacts/<stage>/<key>/`` (a training run ``artifacts/runs/<name>-<key>``)
-  under the artifacts root; every name joined to a folder is one path component (``safe_name``); a verb writes only
-  into the ``--out`` folder it is given.
-- **Locks.** One exclusive lock per output for as long as the stage decides about it and writes it (a flow stage's
-  folder; each table a verb writes; a training folder): a second writer fails at once with one line naming the
-  holder. A lock file that is a link, and a stage folder (or a folder between it and the artifacts root) that is a
-  symbolic link, are refused in one line: the runner never writes or removes through a link it did not make. The
-  ``errors`` table several stages share is written under its own lock (``data_schemas.write_table``): concurrent
-  stages keep each other's rows.
-- **The done rule** (``stage_done``): ``stage.json`` exists and every table and file it lists is as written (a table's
-  manifest: consistent with itself and with the rows and content hash ``stage.json`` recorded). A damaged
-  ``stage.json`` or a table that differs is named and the stage redone, never a traceback.
+- **Keys and paths.** A stage's output is ``artifacts/<stage>/<key>/`` (a training run ``artifacts/runs/<name>-<key>``);
+  every name joined to a folder is one path component (``safe_name``); a verb writes only into its ``--out`` folder.
+- **Locks.** One exclusive lock per output while the stage decides about it and writes it: a second writer fails at
+  once with one line naming the holder. A lock file that is a link, and a symbolic link on the way to a stage folder,
+  are refused in one line. The shared ``errors`` table is written under its own lock (``data_schemas.write_table``).
+- **The done rule** (``stage_done``): ``stage.json`` exists and every table and file it lists is as written; a
+  damaged ``stage.json`` or a table that differs is named and the stage redone, never a traceback.
 - **Never replacing what is not ours.** A file where a table or folder is to be written, or a non-empty folder that
   is not a table, is refused in one line before any work.
 
-The work itself runs through an executor: in-process (``LocalExecutor``, the verbs) or as Prefect tasks
+The work runs through an executor: in-process (``LocalExecutor``, the verbs) or as Prefect tasks
 (``flows.tasks.PrefectExecutor``, the flow). Nothing here imports Prefect.
 """
 from __future__ import annotations
@@ -39,8 +34,7 @@ from flows.registry import BY_NAME, ORDER, STAGES
 from flows.stage import Call, Stage, _print, stage_key
 
 STAGE_FILE = STAGE_RECORD  # the stage's record, which validate also compares the stage's tables with
-# what a run fails with as one line: the user's input, config or artifacts, not a bug (the flow run's message;
-# `macco run` prints it, exit 2)
+# what a run fails with as one line (exit 2): the user's input, config or artifacts, not a bug
 USER_ERRORS = (InputFileError, ConfigError, FileNotFoundError)
 
 
@@ -166,9 +160,8 @@ def output_lock(lock_file: Path, what: Path):
 
 
 def refuse_links(path: Path, root: Path) -> None:
-    """One line when ``path``, or a folder between ``root`` and it, is a symbolic link: the runner writes and removes
-    (``--force``) only what it made, and a link there would send a stage's writes or its removal outside ``root``.
-    ``root`` itself may be a link (where the user keeps the artifacts is the user's choice)."""
+    """One line when ``path``, or a folder between ``root`` (which may be a link) and it, is a symbolic link: the
+    runner writes and removes (``--force``) only what it made, never outside ``root``."""
     try:
         rel = path.relative_to(root)
     except ValueError:  # not under root: the path itself
@@ -227,8 +220,8 @@ class LocalExecutor:
 # ---- the runner -----------------------------------------------------------------------------------------------------
 @dataclass
 class Plan:
-    """One run of the DAG: its config (``flows.config.FlowConfig``), the catalog of what the stages before made,
-    and each stage's result (``out``)."""
+    """One run of the DAG: its config (``FlowConfig``), the catalog of what the stages before made, and each
+    stage's result (``out``)."""
     cfg: Any
     catalog: Catalog = field(default_factory=Catalog)
     out: dict = field(default_factory=dict)
@@ -337,8 +330,7 @@ class Runner:
         """``pipeline: stage k/N (name)``, with the time the stages left took the last time they ran (where known)."""
         left = todo[todo.index(stage):]
         last = _times(self.art)
-        known = sum(last.get(s, 0.0) for s in left)
-        unknown = [s for s in left if s not in last]
+        known, unknown = sum(last.get(s, 0.0) for s in left), [s for s in left if s not in last]
         eta = f"; the stages left took {known / 60:.1f} min the last time they ran" if known else ""
         note = f" (never timed here: {', '.join(unknown)})" if unknown and known else ""
         return (f"pipeline: stage {todo.index(stage) + 1}/{len(todo)} ({stage}){eta}{note}; "
@@ -357,9 +349,9 @@ TIMES_FILE = ".stage_times.json"  # under the artifacts root: each stage's secon
 def _times(art: Path) -> dict[str, float]:
     try:
         data = json.loads((art / TIMES_FILE).read_text())
-    except (OSError, ValueError):
+        return {k: float(v) for k, v in data.items() if isinstance(v, (int, float))}
+    except (OSError, ValueError, AttributeError):  # none, damaged, or not a mapping: never timed
         return {}
-    return {k: float(v) for k, v in data.items() if isinstance(v, (int, float))} if isinstance(data, dict) else {}
 
 
 def _drive_once(stage: Stage, plan: Plan, runner: Runner) -> dict:
@@ -388,9 +380,21 @@ def run_in_folder(stage: str, section: Any, inputs: Catalog, out: str | Path | N
                                extra=extra or {}))
     out = Path(out)
     targets = check_outputs(record, out)
-    with ExitStack() as stack:  # each lock file beside what it locks: the folder, or each table in it
-        for t in targets:
-            stack.enter_context(output_lock(lock_file(t, "output"), t))
-        with made_from(inputs.lineage()):
-            return record.run(Call(section, inputs, out, "", log=log, on_row=on_row, progress=progress, label=label,
-                                   extra=extra or {}))
+    made = [d for d in dict.fromkeys(lock_file(t, "output").parent for t in targets) if not d.exists()]
+    try:
+        with ExitStack() as stack:  # each lock file beside what it locks: the folder, or each table in it
+            for t in targets:
+                stack.enter_context(output_lock(lock_file(t, "output"), t))
+            with made_from(inputs.lineage()):
+                return record.run(Call(section, inputs, out, "", log=log, on_row=on_row, progress=progress,
+                                       label=label, extra=extra or {}))
+    except BaseException:
+        _drop_lock_only(made)
+        raise
+
+
+def _drop_lock_only(folders: list[Path]) -> None:
+    """A refused or failed verb leaves no folder behind that it made only to hold its lock files."""
+    for d in reversed(folders):
+        if d.is_dir() and all(f.name.endswith(".output.lock") and f.is_file() for f in d.iterdir()):
+            shutil.rmtree(d)

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from data_schemas import TABLES, read_table
+from flows.runner import read_stage
 from tests_support import micro_checkpoint, prefect_env
 from unit.test_macco_tsv import ROWS, write_tsv  # the official file's fixture (the loader's format)
 
@@ -201,7 +202,7 @@ def test_the_paper_config_runs_through_the_flow(tmp_path):
 
     def stage(name: str) -> dict:
         [d] = (art / name).glob("*/stage.json")
-        return json.loads(d.read_text())
+        return read_stage(d.parent)  # its paths under artifacts/ stored as $ARTIFACTS/..., read back as paths
 
     def manifest(name: str, table: str) -> dict:
         return json.loads((tmp_path / stage(name)["outputs"][table]["dir"] / "manifest.json").read_text())
@@ -219,7 +220,7 @@ def test_the_paper_config_runs_through_the_flow(tmp_path):
     assert checks and all(c["status"] == "pass" for c in checks)
     # the training runs: the shipped settings reached each run's config.json; the schedule ran as configured
     common = shipped["train"]["common"]
-    records = [json.loads(p.read_text()) for p in (art / "runs").glob("*/stage.json")]
+    records = [read_stage(p.parent) for p in (art / "runs").glob("*/stage.json")]
     runs = {r["name"]: r for r in records if r.get("kind") == "run"}
     assert set(runs) == {f"{n}-s{s}" for n in shipped["train"]["runs"] for s in shipped["train"]["seeds"]}
     karpathy = json.loads((coco / "dataset_coco.json").read_text())["images"]
@@ -316,7 +317,7 @@ def test_the_paper_experiment_runs_as_one_command(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     art = tmp_path / shipped["artifacts"]
     # trained on the official file's pairs: 3 seeds of each run, from the weights file
-    records = [json.loads(p.read_text()) for p in (art / "runs").glob("*/stage.json")]
+    records = [read_stage(p.parent) for p in (art / "runs").glob("*/stage.json")]
     runs = {rec["name"] for rec in records if rec.get("kind") == "run"}
     assert runs == {f"{n}-s{s}" for n in shipped["train"]["runs"] for s in shipped["train"]["seeds"]}
     # every model (the 6 runs and the pretrained column) under both protocols, on every root
