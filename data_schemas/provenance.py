@@ -8,12 +8,22 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import threading
 from functools import lru_cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DECLARED = "DATA_FILES"  # the module-level name declaring the data files a module reads
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
+_PARSING = threading.Lock()  # CPython 3.11's ast.parse is not thread-safe (a stage's shards run in threads)
+
+
+def _tree(path: Path) -> ast.Module:
+    """``path``'s syntax tree, one parse at a time: two threads parsing at once raised ``SystemError: AST
+    constructor recursion depth mismatch`` in a grounding shard."""
+    source = path.read_bytes()
+    with _PARSING:
+        return ast.parse(source)
 
 
 def module_path(name: str) -> Path | None:
@@ -42,7 +52,7 @@ def module_closure(*roots: str) -> tuple[str, ...]:
             continue
         seen[name] = path
         pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_bytes())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.Import):
                 todo += [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -59,7 +69,7 @@ def data_files(name: str) -> tuple[Path, ...]:
     declaration that is not a literal tuple of strings, or a glob matching nothing, is an error naming it."""
     path = module_path(name)
     globs: list[str] = []
-    for node in ast.parse(path.read_bytes()).body:
+    for node in _tree(path).body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == DECLARED for t in node.targets):
             try:
                 globs = list(ast.literal_eval(node.value))

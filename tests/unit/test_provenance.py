@@ -69,3 +69,35 @@ def test_a_folder_fingerprint_sees_a_corrected_file_of_the_same_size(tmp_path):
     os.utime(image, ns=(1, 1))  # an image replaced in place: its time stands in for its bytes
     assert folder_fingerprint(tmp_path) != second
     assert folder_fingerprint(tmp_path / "nope") == [str(tmp_path / "nope"), None]
+
+
+
+def test_code_versions_computed_in_threads_parse_one_file_at_a_time(monkeypatch):
+    """A grounding stage's shards run in threads and each computed its code version: CPython 3.11's ``ast.parse`` in
+    two threads at once raised ``SystemError: AST constructor recursion depth mismatch`` and failed the flow. Every
+    parse now holds one lock: never two at once, and the threads' versions agree."""
+    import ast
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from data_schemas.provenance import code_files
+
+    real, now, most, count = ast.parse, [0], [0], threading.Lock()
+
+    def parse(*a, **kw):
+        with count:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.002)  # a thread switch mid-parse, every time
+        try:
+            return real(*a, **kw)
+        finally:
+            with count:
+                now[0] -= 1
+
+    monkeypatch.setattr(ast, "parse", parse)
+    roots = ("data_schemas.provenance", "data_schemas.config")
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: code_files.__wrapped__(*roots), range(8)))
+    assert most[0] == 1 and len(set(got)) == 1 and got[0]
