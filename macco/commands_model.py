@@ -208,9 +208,11 @@ def cmd_run(args) -> int:
     os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(Path(cfg.artifacts).resolve() / ".prefect-results"))
     os.environ.setdefault("PREFECT_HOME", str(Path(".prefect").resolve()))
     from flows.pipeline import run_flow
+    from macco.stop import stop_on_signals
 
     t0 = time.perf_counter()
-    out = run_flow(args.config, stages=args.stages, force=args.force)
+    with stop_on_signals("macco run"):  # Ctrl-C / SIGTERM: the run and its child processes end at once, one line
+        out = run_flow(args.config, stages=args.stages, force=args.force)
     print(f"macco run: finished in {time.perf_counter() - t0:.0f} s")
     if "report" in out:
         print(f"results: {out['report']['markdown']}  {out['report']['png']}")

@@ -75,3 +75,31 @@ def test_flow_config_error_fails_the_flow_run_with_one_line(harness, tmp_path):
     bad.write_text("train:\n  common: {lr_clip: -1}\n")
     state = macco_pipeline(config=str(bad), return_state=True)
     assert state.is_failed() and state.message.startswith("config error: config train.common lr_clip: -1")
+
+
+@pytest.mark.e2e
+def test_ctrl_c_stops_the_run_and_every_process_it_started_within_seconds_with_one_line(tmp_path):
+    """#48 item 7: Ctrl-C (SIGINT to the terminal's process group) killed the temporary Prefect server, the stage went
+    on training and then printed connection errors for ~3 min until a second Ctrl-C."""
+    import os
+    import signal
+
+    cfg = config(tmp_path, train={**TRAIN, "common": {**TRAIN["common"], "max_steps": 100000}})
+    runs = tmp_path / "artifacts" / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "macco.cli", "run", "--config", str(cfg), "--stages", *UP_TO_TRAIN],
+                            env=env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 600
+    while not (runs.exists() and list(runs.glob("*/run/checkpoints/step-*.pt"))):
+        assert proc.poll() is None and time.time() < deadline, "training never saved a checkpoint"
+        time.sleep(0.1)
+    t0 = time.time()
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    _, err = proc.communicate(timeout=60)
+    assert time.time() - t0 < 20 and proc.returncode == 128 + signal.SIGINT, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("macco run: stopped by SIGINT"), err[-2000:]
+    assert "Traceback" not in err, err[-3000:]
+    time.sleep(1)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)  # nothing of the run is left: no server, no stage still working
+    assert not list(runs.glob("*/stage.json"))  # the training run is not done: the next run continues it
