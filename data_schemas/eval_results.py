@@ -6,9 +6,9 @@ averages is a row of its own whose ``metric`` names what its ``value`` is: ``cou
 and in total), ``setting`` (VG-A's minimum count), ``correlation`` (STS's Pearson / Spearman, in [-1, 1]),
 ``recall_sum`` (retrieval's R@k summed), so ``avg(accuracy)`` averages accuracies. A group averaged over an
 incomplete set of its files (``allow_partial``) has ``partial`` true and the files it lacks in ``missing``. A group
-row whose number is an accuracy holds its per-case outcomes in ``cases`` (one character per case it pools, in the
-benchmark's order: ``1`` right, ``0`` wrong, ``x`` image missing), what a paired test of two evaluations compares
-(``macco report --history``).
+row whose number is an accuracy holds its per-case outcomes in ``cases`` where its benchmark scores case by case
+(one character per case it pools, in the benchmark's order: ``1`` right, ``0`` wrong, ``x`` image missing), what a
+paired test of two evaluations compares (``macco report --history``).
 
 The table is append-only (``data_schemas.append_table``): every evaluation adds one part, one ``eval_id`` shared
 by its rows, and nothing replaces earlier rows. A row names what was evaluated and how, so runs can be told

@@ -145,3 +145,34 @@ def test_macco_report_history_prints_the_paired_comparison_and_refuses_in_one_li
     assert not (tmp_path / "r2").exists()
     assert main(["report", "--history", str(tmp_path / "nowhere"), "nightly", "--out", str(tmp_path / "r2")]) == 2
     assert "no such folder" in one_line_error(capsys, "report")
+
+
+def test_two_real_evaluations_compare_from_the_history_as_from_their_results_files(world, tmp_path, capsys):
+    """`macco eval` twice on the world (two models) into one history: `macco report --history` prints the report
+    `macco report` prints from the two results.json files — table, partial marks, every paired test — but its note."""
+    import open_clip
+    import torch
+
+    from macco.cli import main
+    from model.factory import register_model_configs
+
+    register_model_configs()
+    history = tmp_path / "art" / "eval_results"
+    for seed, run in enumerate(("a", "b")):
+        torch.manual_seed(seed)
+        torch.save({"state_dict": open_clip.create_model("macco-micro").state_dict()}, tmp_path / f"{run}.pt")
+        assert main(["eval", "--model", "macco-micro", "--checkpoint", str(tmp_path / f"{run}.pt"), "--world",
+                     str(world), "--benchmark", "all", "--out", str(tmp_path / f"{run}.json"), "--results-table",
+                     str(history), "--run", run, "--vga-min-count", "1"]) == 0
+    capsys.readouterr()
+    printed = {}
+    for name, args in (("files", [f"a={tmp_path / 'a.json'}", f"b={tmp_path / 'b.json'}", "--control", "a"]),
+                       ("history", ["--history", str(tmp_path / "art"), "a", "b"])):
+        assert main(["report", *args, "--out", str(tmp_path / name)]) == 0
+        printed[name] = [ln for ln in capsys.readouterr().out.splitlines()[3:] if not ln.startswith("wrote ")]
+    assert printed["history"] == printed["files"] and any(ln.startswith("### b vs a") for ln in printed["files"])
+    saved = {n: json.loads((tmp_path / n / "results.json").read_text()) for n in printed}
+    for key in ("benchmarks", "paired_tests", "cases", "partial"):
+        assert saved["history"][key] == saved["files"][key], key
+    assert saved["files"]["partial"] and saved["files"]["paired_tests"]["models"]["b"]  # the world: VALSE partial
+    assert main(["validate", str(tmp_path / "art")]) == 0
