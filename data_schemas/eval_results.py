@@ -5,7 +5,10 @@ group (``level`` group: the averages the report shows) of one evaluation.
 averages is a row of its own whose ``metric`` names what its ``value`` is: ``count`` (ARO's relations / groups kept
 and in total), ``setting`` (VG-A's minimum count), ``correlation`` (STS's Pearson / Spearman, in [-1, 1]),
 ``recall_sum`` (retrieval's R@k summed), so ``avg(accuracy)`` averages accuracies. A group averaged over an
-incomplete set of its files (``allow_partial``) has ``partial`` true and the files it lacks in ``missing``.
+incomplete set of its files (``allow_partial``) has ``partial`` true and the files it lacks in ``missing``. A group
+row whose number is an accuracy holds its per-case outcomes in ``cases`` where its benchmark scores case by case
+(one character per case it pools, in the benchmark's order: ``1`` right, ``0`` wrong, ``x`` image missing), what a
+paired test of two evaluations compares (``macco report --history``).
 
 The table is append-only (``data_schemas.append_table``): every evaluation adds one part, one ``eval_id`` shared
 by its rows, and nothing replaces earlier rows. A row names what was evaluated and how, so runs can be told
@@ -15,10 +18,11 @@ evaluation code's version, ``created`` (a UTC timestamp, microseconds) and ``tri
 or the flow run and its deployment, e.g. the nightly ``reevaluate``).
 
 Earlier schema versions are still read: version 1 (before the history: no eval_id, run, config_key, protocol,
-activation, code_version), version 2 (``created`` a string, no ``level`` nor ``trigger``) and version 3 (every
+activation, code_version), version 2 (``created`` a string, no ``level`` nor ``trigger``), version 3 (every
 number in ``accuracy``, counts too; no ``metric``, ``value``, ``partial`` nor ``missing``: its rows get their metric
-from the group's name, ``partial`` and ``missing`` null: not recorded). ``LEGACY`` holds, per version, its spec, the
-DuckDB select mapping its rows onto this schema, and the Arrow upgrade an append runs first.
+from the group's name, ``partial`` and ``missing`` null: not recorded) and version 4 (no ``cases``: null, not
+recorded; such an evaluation cannot be compared case by case). ``LEGACY`` holds, per version, its spec, the DuckDB
+select mapping its rows onto this schema, and the Arrow upgrade an append runs first.
 """
 import pyarrow as pa
 
@@ -38,6 +42,7 @@ SCHEMA = pa.schema([
     pa.field("value", pa.float64()),  # the number of a row whose metric is not accuracy
     pa.field("partial", pa.bool_()),  # a group averaged over an incomplete set of its files (null: not recorded)
     pa.field("missing", pa.list_(pa.string())),  # the files a partial group lacks (null: not recorded)
+    pa.field("cases", pa.string()),  # a group's per-case outcomes, 1/0/x (null: none, or not recorded before v5)
     pa.field("ties", pa.int64(), nullable=False),
     pa.field("missing_images", pa.int64(), nullable=False),
     pa.field("checkpoint_sha256", pa.string(), nullable=False),
@@ -93,13 +98,19 @@ CHECKS = (
           "(metric in ('count', 'setting', 'recall_sum') and value < 0)"),
     Check("eval_results.partial_names_missing", "select * from eval_results where partial is not null and "
           "(partial <> (coalesce(len(missing), 0) > 0))"),
+    Check("eval_results.cases_match_counts",  # a group's outcomes: 1/0/x, n the cases scored, missing_images the x
+          "select * from eval_results where cases is not null and (level <> 'group' or metric <> 'accuracy' or "
+          "not regexp_full_match(cases, '[01x]*') or missing_images <> length(cases) - "
+          "length(replace(cases, 'x', '')) or n <> length(replace(cases, 'x', '')))"),
 )
 
-SPEC = TableSpec("eval_results", SCHEMA, ("eval_id", "benchmark", "level", "subset"), 4, CHECKS)
+SPEC = TableSpec("eval_results", SCHEMA, ("eval_id", "benchmark", "level", "subset"), 5, CHECKS)
 
 # ---- earlier versions --------------------------------------------------------------------------------------------
+V4_SCHEMA = pa.schema([f for f in SCHEMA if f.name != "cases"])
+V4_SPEC = TableSpec("eval_results", V4_SCHEMA, SPEC.key, 4)
 _V4_ADDED = ("metric", "value", "partial", "missing")
-V3_SCHEMA = pa.schema([f for f in SCHEMA if f.name not in _V4_ADDED])
+V3_SCHEMA = pa.schema([f for f in V4_SCHEMA if f.name not in _V4_ADDED])
 V3_SPEC = TableSpec("eval_results", V3_SCHEMA, SPEC.key, 3)
 _V2_DROPPED = ("level", "trigger")
 V2_SCHEMA = pa.schema([f if f.name != "created" else pa.field("created", pa.string(), nullable=False)
@@ -110,8 +121,14 @@ V1_SCHEMA = pa.schema([f for f in V2_SCHEMA if f.name not in (
 LEGACY_SPEC = TableSpec("eval_results", V1_SCHEMA, ("benchmark", "subset", "model_id", "created"), 1)
 
 _CREATED = "cast(created as timestamptz) as created"  # the string '2026-12-03T04:05:06.123456Z' as a timestamp
-_UNRECORDED = "null::boolean as partial, null::varchar[] as missing"  # before version 4: not recorded
+_NO_CASES = "null::varchar as cases"  # before version 5: not recorded
+_UNRECORDED = f"null::boolean as partial, null::varchar[] as missing, {_NO_CASES}"  # before version 4
 _V4_COLUMNS = f"'accuracy' as metric, null::double as value, {_UNRECORDED}"  # versions 1, 2: subset rows only
+
+
+def select_v4(files_sql: str) -> str:
+    """A DuckDB select over version-4 part files (an SQL list literal) with this schema's columns: no ``cases``."""
+    return f"select *, {_NO_CASES} from read_parquet({files_sql})"
 
 
 def select_v3(files_sql: str) -> str:
@@ -155,7 +172,12 @@ def _v4(r: dict) -> dict:
     metric = metric_of(r["level"], r["subset"])
     number = r["accuracy"]
     return {**r, "metric": metric, "accuracy": number if metric == "accuracy" else None,
-            "value": None if metric == "accuracy" else number, "partial": None, "missing": None}
+            "value": None if metric == "accuracy" else number, "partial": None, "missing": None, "cases": None}
+
+
+def upgrade_v4(table: pa.Table) -> pa.Table:
+    """Version-4 rows as rows of this schema (the same mapping as ``select_v4``: ``cases`` null, not recorded)."""
+    return SPEC.from_rows([{**r, "cases": None} for r in table.to_pylist()])
 
 
 def upgrade_v3(table: pa.Table) -> pa.Table:
@@ -186,4 +208,4 @@ def upgrade_v1(table: pa.Table) -> pa.Table:
 
 # version -> (its spec, the select reading its parts as this schema's rows, the upgrade of its rows)
 LEGACY = {1: (LEGACY_SPEC, legacy_select, upgrade_v1), 2: (V2_SPEC, select_v2, upgrade_v2),
-          3: (V3_SPEC, select_v3, upgrade_v3)}
+          3: (V3_SPEC, select_v3, upgrade_v3), 4: (V4_SPEC, select_v4, upgrade_v4)}

@@ -53,14 +53,24 @@ def add_parsers(sub) -> None:
     ag.set_defaults(fn=cmd_agreement)
 
     rp = sub.add_parser("report", help="results.md + results.png from evaluation results (label=path, "
-                                       "a label repeated per seed)",
+                                       "a label repeated per seed), or from runs in the evaluation history",
                         description="write results.md, results.json and results.png from evaluation results; "
                                     "each RESULTS is LABEL=PATH, PATH a results.json (macco eval --out) or an "
                                     "evaluate stage directory holding one; a label repeated is several seeds of "
-                                    "one model (seed from the run name NAME-s<seed> in the json, else the order)")
-    rp.add_argument("results", nargs="+", metavar="RESULTS", help="LABEL=PATH")
+                                    "one model (seed from the run name NAME-s<seed> in the json, else the order). "
+                                    "With --history ROOT, each RESULTS names an evaluation in the eval_results "
+                                    "history under ROOT: RUN (its newest), RUN@WHEN (its evaluation whose UTC time "
+                                    "starts with WHEN, e.g. 2026-12-03 or 2026-12-03T04:05), an eval_id (or its "
+                                    "first 6+ characters), each optionally LABEL=…; the paired tests read the "
+                                    "stored per-case outcomes")
+    rp.add_argument("results", nargs="+", metavar="RESULTS", help="LABEL=PATH; with --history: [LABEL=]RUN, "
+                    "[LABEL=]RUN@WHEN or [LABEL=]EVAL_ID")
+    rp.add_argument("--history", type=Path, metavar="ROOT", help="read RESULTS from the eval_results history under "
+                    "ROOT (an artifacts root or the table's folder), e.g. last week's evaluation of a run against "
+                    "tonight's")
     rp.add_argument("--out", type=Path, required=True, help="output directory")
-    rp.add_argument("--control", default="clip-ft", help="the label the paired tests compare against")
+    rp.add_argument("--control", help="the label the paired tests compare against (default: clip-ft; with "
+                    "--history, the first RESULTS)")
     rp.add_argument("--title", default="macco: evaluation results")
     rp.add_argument("--note", default="", help="a line under the title")
     rp.set_defaults(fn=cmd_report)
@@ -205,20 +215,29 @@ def cmd_agreement(args) -> int:
 def cmd_report(args) -> int:
     from model.benchmarks.registry import REPORT_ROWS
     from model.losses import TERM_LABELS
-    from pipeline.report import load_results, write_report
+    from pipeline.report import DEFAULT_CONTROL, load_results, write_report
+    from pipeline.report_history import history_results, picks_note, unpaired
 
     if args.out.exists() and not args.out.is_dir():
         print(f"macco report: {args.out}: is a file, not a folder (--out): give a folder for the report",
               file=sys.stderr)
         return 2
+    note, control = args.note, args.control or DEFAULT_CONTROL
     try:
-        results = load_results(args.results, REPORT_ROWS)
+        if args.history is None:
+            results = load_results(args.results, REPORT_ROWS)
+        else:
+            results, picked = history_results(args.history, args.results, REPORT_ROWS)
+            note, control = note or picks_note(args.history, picked), args.control or picked[0].label
     except (ValueError, FileNotFoundError) as exc:
         print(f"macco report: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    if args.control not in results and len(results) > 1:
-        print(f"macco report: no results labelled {args.control!r} (--control): no paired tests", file=sys.stderr)
-    rep = write_report(results, args.out, args.title, args.note, control=args.control, rows=REPORT_ROWS,
+    if control not in results and len(results) > 1:
+        print(f"macco report: no results labelled {control!r} (--control): no paired tests", file=sys.stderr)
+    for label in unpaired(results, control) if args.history is not None else []:
+        print(f"macco report: {label} shares no seed with {control} (seeds from the run names, NAME-s<seed>): "
+              "no paired test", file=sys.stderr)
+    rep = write_report(results, args.out, args.title, note, control=control, rows=REPORT_ROWS,
                        terms=TERM_LABELS)
     print(rep["table"])
     print(f"\nwrote {rep['markdown']}  {rep['png']}")

@@ -11,6 +11,9 @@ from pipeline.results import (PROBE_ROWS, PARTIAL_MARK, Rows, _dropped_groups, _
                               partial_mismatches, probe_value)
 
 
+DEFAULT_CONTROL = "clip-ft"  # the label the paired tests compare against, unless told (macco report --control)
+
+
 def mcnemar(model: list[str], control: list[str]) -> dict:
     """Paired tests over the same cases; ``model`` and ``control`` are strings of '1'/'0'/'x' per seed over
     the same cases, already paired by seed (cases with a missing image skipped).
@@ -116,7 +119,7 @@ def _probe_section(results: dict[str, list[dict]], terms: tuple[tuple[str, str],
 
 
 def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str, note: str = "",
-                 control: str = "clip-ft", alpha: float = 0.05, untested: tuple[str, ...] = ("base",), *,
+                 control: str = DEFAULT_CONTROL, alpha: float = 0.05, untested: tuple[str, ...] = ("base",), *,
                  rows: Rows, terms: tuple[tuple[str, str], ...]) -> dict:
     """``results.md`` / ``results.json`` / ``results.png``. Every model's cells are marked where a paired
     McNemar test against ``control`` (cases pooled over seeds) gives p < ``alpha``: ▲ better, ▼ worse. ``rows``:

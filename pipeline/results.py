@@ -226,17 +226,22 @@ def load_results(specs: list[str], rows: Rows) -> dict[str, list[dict]]:
         check_probes(run.get("probes"), p)
         results.setdefault(label, []).append(run)
         files.setdefault(label, []).append(p)
+    check_seeds(results, files)
+    check_pairable(results, files)
+    return results
+
+
+def check_seeds(results: dict[str, list[dict]], files: dict[str, list]) -> None:
+    """No model's seed given twice (``_seed``); ``ValueError`` naming the label, the seed and where each came from."""
     for label, runs in results.items():
         seeds = [_seed(r, i) for i, r in enumerate(runs)]
         twice = [s for s in dict.fromkeys(seeds) if seeds.count(s) > 1]
         if twice:
             same = [str(f) for f, s in zip(files[label], seeds) if s == twice[0]]
             raise ValueError(f"{label}: seed {twice[0]} given more than once ({', '.join(same)})")
-    check_pairable(results, files)
-    return results
 
 
-def check_pairable(results: dict[str, list[dict]], files: dict[str, list[Path]]) -> None:
+def check_pairable(results: dict[str, list[dict]], files: dict[str, list]) -> None:
     """Every model's per-case string of a group has the same length (the paired tests compare case by case: two
     lengths are two different sets of cases); ``ValueError`` naming both files and the group."""
     first: dict[tuple[str, str], tuple[int, Path]] = {}

@@ -33,13 +33,11 @@ def discover_tables(path: str | Path, run: str | Path | None = None,
 
     path = Path(path)
     if (path / MANIFEST).exists():  # one table's folder (the history: a list, as a root gives it)
-        name = _table_of(path / MANIFEST)
+        name = table_of(path / MANIFEST)
         return {name: [path] if name == "eval_results" else path}
     found, errors, history = [], [], []
-    for m in sorted(path.rglob(MANIFEST)):
-        if any(part.startswith(".") or part.endswith(".partial") for part in m.relative_to(path).parts[:-1]):
-            continue
-        name = _table_of(m)
+    for m in manifests(path):
+        name = table_of(m)
         if name == "eval_results":
             history.append(m.parent)
         elif name in TABLES:
@@ -56,7 +54,13 @@ def discover_tables(path: str | Path, run: str | Path | None = None,
     return out
 
 
-def _table_of(mpath: Path) -> str | None:
+def manifests(path: Path) -> list[Path]:
+    """The manifests under ``path`` (sorted), but those in hidden folders and in ``.partial`` ones (unfinished)."""
+    return [m for m in sorted(path.rglob(MANIFEST))
+            if not any(p.startswith(".") or p.endswith(".partial") for p in m.relative_to(path).parts[:-1])]
+
+
+def table_of(mpath: Path) -> str | None:
     """The table a manifest says it holds; a manifest that cannot be read, or a folder named after one table holding
     another (a hand-edited ``table`` field would hide it from that table's checks), is a ``TableError``."""
     from data_schemas._read import _manifest_problem

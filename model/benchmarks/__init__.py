@@ -283,7 +283,8 @@ def result_rows(out: dict, cfg: EvalConfig, trigger: str = "macco eval") -> list
     report group (its average, the report's number; ``n`` the cases it pools where the per-case strings say), all
     with the evaluation's ``eval_id``, ``run`` label, ``created`` time and ``trigger``. A group's number goes in
     ``accuracy`` or, when its name says it is something else (a count, a setting, a correlation: ``metric_of``), in
-    ``value``; a group averaged over part of its files is ``partial``, with the files it lacks in ``missing``."""
+    ``value``; a group averaged over part of its files is ``partial``, with the files it lacks in ``missing``; an
+    accuracy group's per-case outcomes (``cases``: 1/0/x per case) are stored with it, for paired comparisons."""
     from data_schemas.eval_results import parse_created
 
     conf = json.dumps(asdict(cfg), sort_keys=True, default=str)
@@ -299,7 +300,7 @@ def result_rows(out: dict, cfg: EvalConfig, trigger: str = "macco eval") -> list
             acc = v.get("accuracy", v.get("top1", v.get("group")))
             rows.append({**common, "benchmark": b, "level": "subset", "subset": s, "n": n,
                          "correct": v.get("correct", round((acc or 0) * n)), "metric": "accuracy", "accuracy": acc,
-                         "value": None, "partial": False, "missing": [], "ties": v.get("ties", 0),
+                         "value": None, "partial": False, "missing": [], "cases": None, "ties": v.get("ties", 0),
                          "missing_images": v.get("missing_images", 0)})
         rows += [{**common, **row} for row in _group_rows(b, r)]
     return rows
@@ -323,7 +324,8 @@ def _group_rows(bench: str, r: dict) -> list[dict]:
         rows.append({"benchmark": bench, "level": "group", "subset": g, "n": n, "metric": metric,
                      "correct": round(num * n) if n else 0, "accuracy": float(num) if metric == "accuracy" else None,
                      "value": None if metric == "accuracy" else float(num), "partial": bool(missing),
-                     "missing": missing, "ties": 0, "missing_images": cases.count("x") if cases is not None else 0})
+                     "missing": missing, "cases": cases, "ties": 0,
+                     "missing_images": cases.count("x") if cases is not None else 0})
     return rows
 
 

@@ -122,3 +122,39 @@ def test_a_version_3_history_reads_and_upgrades_with_counts_moved_and_every_row_
     assert sum(r["run"] == "old" for r in rows) == 5
     assert upgrade_v3(V3_SPEC.from_rows(_v3_rows())).to_pylist() == [r for r in rows if r["run"] == "old"]
     assert main(["validate", str(tmp_path)]) == 0
+
+
+def test_a_groups_per_case_outcomes_are_stored_and_checked_against_its_counts(tmp_path, capsys):
+    """Version 5: an accuracy group's row holds its cases (1/0/x), what `macco report --history` pairs; a string
+    that disagrees with the row's n / missing_images fails `validate`."""
+    from model.benchmarks import EvalConfig, append_results, result_rows
+
+    rows = {(r["benchmark"], r["level"], r["subset"]): r for r in result_rows(_evaluation("m"), EvalConfig())}
+    assert rows[("aro-vgr", "group", "macro")]["cases"] == "110x1" and rows[("valse", "group", "avg")]["cases"] == "110"
+    assert rows[("aro-vgr", "group", "relations_kept")]["cases"] is None  # a count has no cases
+    assert rows[("valse", "subset", "counting")]["cases"] is None
+    append_results(tmp_path / "eval_results", _evaluation("m"), EvalConfig())
+    assert main(["validate", str(tmp_path)]) == 0
+    bad = [dict(r, eval_id="e9", cases="11x") for r in result_rows(_evaluation("m"), EvalConfig())
+           if (r["benchmark"], r["subset"]) == ("aro-vgr", "macro")]
+    write_table(TABLES["eval_results"], tmp_path / "bad" / "eval_results", TABLES["eval_results"].from_rows(bad))
+    assert main(["validate", str(tmp_path / "bad")]) == 1
+    assert "eval_results.cases_match_counts: 1 bad row(s)" in capsys.readouterr().err
+
+
+def test_a_version_4_history_reads_with_cases_null_and_upgrades_every_row(tmp_path, capsys):
+    from data_schemas.eval_results import V4_SPEC, upgrade_v4
+    from model.benchmarks import EvalConfig, append_results, result_rows
+
+    old = [{k: v for k, v in r.items() if k != "cases"} for r in result_rows(_evaluation("old"), EvalConfig())]
+    table = tmp_path / "eval_results"
+    write_table(V4_SPEC, table, V4_SPEC.from_rows(old))
+    query = "select count(*) n, count(cases) with_cases, count(accuracy) accuracies from eval_results where run = 'old'"
+    viewed = _sql(capsys, query, tmp_path)
+    assert viewed == [{"n": str(len(old)), "with_cases": "0", "accuracies": str(sum(r["accuracy"] is not None
+                                                                                    for r in old))}]
+    append_results(table, _evaluation("new"), EvalConfig())
+    assert _sql(capsys, query, tmp_path) == viewed
+    rows = read_table(TABLES["eval_results"], table).to_pylist()
+    assert upgrade_v4(V4_SPEC.from_rows(old)).to_pylist() == [r for r in rows if r["run"] == "old"]
+    assert main(["validate", str(tmp_path)]) == 0
