@@ -26,18 +26,20 @@ text features are [T; N flattened] (caption i's negatives at rows B + iK ... B +
   first step's threshold is 0 (``fixed``: 2), their loop's start value.
 - ``total_loss`` = contrast + 0.2 cmr + 0.2 imc (each of the two only when enabled).
 
-Where their code differs from what the paper describes, we follow their code (the parity tests hold us to it):
-the IMC target is column 0 for every row (the first negative of the first caption), not each caption's own
-pairing, its denominator spans every caption's negatives, and the ground-truth logits it is handed are unused; a
-missing negative (their '###' placeholder caption) still enters the image->text contrast and the IMC as a column:
-their mask acts on the rank loss only, whose mean still divides by the missing slots; the ``mean`` threshold finds
-the present negatives by d != 0, not by the mask, and the ``max`` threshold divides by a constant 5 and counts a
-missing slot as 0; the threshold is in logit units (times s). Their multi-process branch differs from this
-branch (it hard-codes K = 4 in its caption layout and gathers every rank's features): we follow the
-single-process branch, the one a single process computes on the global batch. Two deviations, where their code
-does not give a usable value: their ``.squeeze()`` collapses B = 1 or K = 1 (we keep [B, K]); and a ``mean``
-threshold for a type with no present negative in the batch is 0 / 0 = NaN there, which makes every later loss
-NaN: we keep that type's previous threshold instead.
+Where their code does what a reader of the paper's description would not expect, we follow their code (the parity
+tests hold us to it). (The paper's full text could not be read when this was written; the comparison rests on its
+stated design: an intra-modal contrast between a caption and its hard negatives, and type-specific adaptive
+thresholds.) The IMC target is column 0 for every row (the first negative of the first caption), not each
+caption's own pairing, its denominator spans every caption's negatives, and the ground-truth logits it is handed
+are unused. A missing negative (their '###' placeholder caption: the caller passes some embedding in its slot)
+still enters the image->text contrast and the IMC as a column: their mask acts on the rank loss only, whose mean
+still divides by the missing slots. The ``mean`` threshold finds the present negatives by d != 0, not by the
+mask; the ``max`` threshold divides by a constant 5 and counts a missing slot as 0; the threshold is in logit
+units (times s). Their multi-process branch computes the same terms on the gathered global batch but hard-codes
+K = 4 in its caption layout; we follow the single-process branch, for any K. Two deviations, where their code
+gives no usable value: their ``.squeeze()`` breaks on B = 1 or K = 1 (we keep [B, K]); and a ``mean`` threshold
+for a type with no present negative in the batch is 0 / 0 = NaN there, which makes every later loss NaN: we keep
+that type's previous threshold instead (tested against theirs).
 """
 from __future__ import annotations
 
