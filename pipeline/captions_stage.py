@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from data_schemas import TABLES, InputFileError, read_table, write_table
+from data_schemas import TABLES, read_table, write_table
 from data_schemas.config import ConfigError, check_choices
 from data_schemas.provenance import closure_version, file_sha256
 from pipeline.shards import only_stage
@@ -158,13 +158,6 @@ def captions_stage(cfg: CaptionsConfig, out: Path) -> dict[str, dict]:
     if getattr(cfg, SOURCES[cfg.source].location) is None:
         raise ConfigError(f"data.source {cfg.source!r} needs data.{SOURCES[cfg.source].location}")
     read = read_source(cfg, out)
-    if not read.rows:  # every later stage would pass vacuously on 0 rows, and training fails on them
-        where = getattr(cfg, SOURCES[cfg.source].location)
-        reasons = ", ".join(f"{r}={n}" for r, n in sorted(read.summary()["error_reasons"].items()))
-        first = f"; first: {read.errors[0]['item_id']}: {read.errors[0]['message'][:160]}" if read.errors else ""
-        raise InputFileError(f"data.{SOURCES[cfg.source].location} {where}: source {cfg.source!r} gave 0 usable "
-                             f"image-text pairs ({len(read.errors)} rejected{': ' + reasons if reasons else ''}"
-                             f"{first})")
     conf, ver = asdict(cfg), closure_version(__name__)
     world = world_identity(cfg.root) if cfg.source == "coco" else None  # the synthetic world it was read from
     written = {

@@ -70,7 +70,7 @@ def test_full_flow_then_everything_cached_then_changes_rerun_exactly_their_stage
 
     # a manifest whose files are gone is not a cache hit
     ground_dir = Path(out["train"]["macco"][0]["dir"]).parents[1] / "masks"
-    victim = next(ground_dir.iterdir())
+    victim = next(p for p in ground_dir.iterdir() if p.is_dir())
     shutil.rmtree(victim / "patch_masks")
     _, states = run(cfg)
     assert states["masks"] == ["Completed"]
@@ -138,7 +138,7 @@ def test_killed_during_grounding_resumes_to_identical_tables(tmp_path):
         assert (key_dir / "regions" / name).stat().st_mtime_ns == mtime
     from data_schemas import TABLES, read_table
 
-    ref_dir = next((tmp_path / "ref" / "artifacts" / "ground").iterdir())
+    ref_dir = next(p for p in (tmp_path / "ref" / "artifacts" / "ground").iterdir() if p.is_dir())
     a = sorted(read_table(TABLES["regions"], ref_dir / "regions").to_pylist(), key=lambda x: (x["caption_id"],
                                                                                             x["concept_id"], x["box_id"]))
     b = sorted(read_table(TABLES["regions"], key_dir / "regions").to_pylist(), key=lambda x: (x["caption_id"],
