@@ -72,8 +72,14 @@ gpu-wheels: $(DEPS_STAMP)
 server: $(DEPS_STAMP)
 	$(VENV)/bin/prefect server start --host 127.0.0.1 --port 4200 --analytics-off
 
+# the deployment verbs need a server at PREFECT_API_URL: missing or unreachable is one line, exit 2 (flows/worker.py)
+# the process worker of the pool macco-local (prefect worker start --pool macco-local), stopped by the first SIGTERM
 worker: $(DEPS_STAMP)
-	PREFECT_API_URL=http://127.0.0.1:4200/api $(VENV)/bin/prefect worker start --pool macco-local
+	@$(PY) -m flows.worker --pool macco-local
+
+# prefect.yaml's deployments (full, parse, ground, masks, validate, train, evaluate, reevaluate) on that server
+deploy: $(DEPS_STAMP)
+	@$(PY) -m flows.worker --check deploy && $(VENV)/bin/prefect --no-prompt deploy --all
 
 clean:
 	rm -rf artifacts .prefect

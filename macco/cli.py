@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import sys
 
 from . import set_offline_env
@@ -20,7 +21,29 @@ def build_parser() -> argparse.ArgumentParser:
     _data_parsers(sub)  # world, captions, parse, ground, masks, show-masks (macco/commands_data.py)
     _tables_parsers(sub)  # validate, inspect, sql, agreement, report (macco/commands_tables.py)
     _model_parsers(sub)  # train, eval, probe, run (macco/commands_model.py)
+    _plain_help(p)
     return p
+
+
+def plain(text: str | None) -> str | None:
+    """Help text without reStructuredText markup (the docstrings' ````x````, ``:class:`x```): the words alone."""
+    if not text:
+        return text
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    return re.sub(r"``([^`]+)``", r"\1", text)
+
+
+def _plain_help(parser: argparse.ArgumentParser) -> None:
+    """Every description, epilog and help of ``parser`` and its verbs as ``plain`` text (``--help`` and the CLI
+    reference, docs/gen_cli.py, show no markup)."""
+    parser.description, parser.epilog = plain(parser.description), plain(parser.epilog)
+    for action in parser._actions:
+        action.help = plain(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                choice.help = plain(choice.help)
+            for verb in action.choices.values():
+                _plain_help(verb)
 
 
 # a read-only or full disk, a quota, a file-size limit (ulimit -f), a folder without permission

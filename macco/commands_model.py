@@ -5,6 +5,8 @@ import json
 import sys
 from pathlib import Path
 
+from .config_help import train_keys_help
+
 
 # the EvalConfig fields that are ``macco eval`` flags (defaults, types and choices: the dataclass's)
 EVAL_FLAGS = ("device", "batch_size", "autocast", "allow_missing", "activation", "protocol", "aro_exclusion",
@@ -90,26 +92,6 @@ def add_parsers(sub) -> None:
                     "flows/registry.py; an unknown name is refused with the list)")
     ru.add_argument("--force", nargs="+", default=[], metavar="STAGE", help="stages to redo even if cached")
     ru.set_defaults(fn=cmd_run)
-
-
-def train_keys_help() -> str:
-    """Every key of a training config with its default, from ``TrainConfig`` itself (read from its source, so the
-    help needs no torch)."""
-    import ast
-    import importlib.util
-
-    tree = ast.parse(Path(importlib.util.find_spec("model.train_config").origin).read_text())
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TrainConfig")
-    lines = []
-    for node in cls.body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            value = node.value
-            if isinstance(value, ast.Call) and value.keywords:  # field(default_factory=...): what it makes
-                factory = value.keywords[0].value
-                value = factory.body if isinstance(factory, ast.Lambda) else \
-                    ast.parse({"dict": "{}", "list": "[]"}.get(ast.unparse(factory), ast.unparse(factory)))
-            lines.append(f"  {node.target.id} = {ast.unparse(value)[:60]}")
-    return "config keys (model/train_config.py TrainConfig; key=value on the command line):\n" + "\n".join(lines)
 
 
 def cmd_train(args, extra=()) -> int:

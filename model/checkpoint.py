@@ -1,7 +1,7 @@
-"""A training run's checkpoints: resumable ``step-*.pt`` files (task, optimiser, schedule, scaler, step, RNG
-states, the run's settings, the content hashes of the tables it trains on), written atomically; which one a run
-continues from, and the refusal to mix two runs in one ``out_dir`` (``checkpoint_to_resume``): other settings or
-other data."""
+"""A training run's checkpoints: resumable ``step-*.pt`` files (task, optimiser, schedule, scaler, step, the run's
+length, RNG states, the run's settings, the content hashes of the tables it trains on), written atomically; which
+one a run continues from, and the refusal to mix two runs in one ``out_dir`` (``checkpoint_to_resume``): other
+settings or other data. A raised ``max_steps`` / ``epochs`` is no other run: the run continues (``extension``)."""
 from __future__ import annotations
 
 import logging
@@ -78,12 +78,14 @@ def _same(a, b) -> bool:
     return plain(a) == plain(b)
 
 
-def checkpoint_to_resume(cfg: TrainConfig) -> tuple[Path | None, dict | None]:
+def checkpoint_to_resume(cfg: TrainConfig, total: int | None = None) -> tuple[Path | None, dict | None]:
     """(the checkpoint a run continues from and its contents, or None) as ``cfg.resume`` asks: ``auto`` the latest in
     ``out_dir`` (none: a new run), a path that checkpoint, ``fresh`` none (the folder's earlier run files removed),
     None none — refused when ``out_dir`` holds another run's checkpoints. A checkpoint trained with other settings
-    (any field but those flagged ``unkeyed``: where its files are, how it logs and saves, where it runs) or on other data (the tables' content hashes, ``table_hashes``; their folders may
-    move) is refused in one line naming the differences."""
+    (any field but those flagged ``unkeyed``: where its files are, how it logs and saves, where it runs) or on other
+    data (the tables' content hashes, ``table_hashes``; their folders may move) is refused in one line naming the
+    differences. The run's length (``SCHEDULE_LENGTH``) may be raised: ``total`` steps (the run's, from its
+    settings) past the checkpoint's run is a continuation (``extension``)."""
     import shutil
 
     out = Path(cfg.out_dir)
@@ -113,6 +115,11 @@ def checkpoint_to_resume(cfg: TrainConfig) -> tuple[Path | None, dict | None]:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     then, now = ck.get("config", {}), asdict(cfg)
     diff = [k for k in keyed_fields(cfg) if not _same(now[k], then.get(k))]
+    if diff and set(diff) <= set(SCHEDULE_LENGTH):
+        longer = extension(path, ck, total)
+        if isinstance(longer, str):
+            raise ResumeRefused(longer)
+        diff = [] if longer else diff
     if diff:
         shown = ", ".join(f"{k} {then.get(k)!r} -> {now[k]!r}" for k in diff[:4]) + (" ..." if len(diff) > 4 else "")
         raise ResumeRefused(f"{path}: this checkpoint was trained with other settings ({shown}); resuming would mix "
@@ -123,12 +130,33 @@ def checkpoint_to_resume(cfg: TrainConfig) -> tuple[Path | None, dict | None]:
     return path, ck
 
 
+# the run's length: raised on resume, the run continues to the new length (the other settings stay refused)
+SCHEDULE_LENGTH = ("epochs", "max_steps")
+
+
+def extension(path: Path, ck: dict, total: int | None) -> bool | str:
+    """Whether a resume whose length settings differ from the checkpoint's (only those) extends its run: True when
+    the run's new ``total`` steps are at least the checkpoint's run's; one line why not when shorter (a run is not
+    cut below what its schedule was); False when the checkpoint records no length (written before it did) or no
+    ``total`` is known: then the change is refused as any other setting."""
+    before = ck.get("total")
+    if before is None or total is None:
+        return False
+    if total < int(before):
+        return (f"{path}: this checkpoint's run is {before} steps long; max_steps / epochs may be raised on resume "
+                f"(the run continues), not lowered ({total} steps): give another out_dir, or resume: fresh")
+    log.info("%s: extending the run from %s to %d steps (it continues at step %s, same optimiser and schedule "
+             "state; the lr schedule recomputed over the %d steps)", path, before, total, ck.get("step"), total)
+    return True
+
+
 def save(state: TrainState, step: int) -> Path:
     """A resumable checkpoint: task, optimiser, schedule, scaler, step, the RNG states and the content hashes of the
     tables trained on (``table_hashes``: a resume on other data is refused)."""
     path = state.out_dir / "checkpoints" / f"step-{step:07d}.pt"
     _atomic_save({"task": state.task.state_dict(), "optimizer": state.opt.state_dict(),
                   "scheduler": state.sched.state_dict(), "scaler": state.scaler.state_dict(), "step": step,
+                  "total": state.total,
                   "config": asdict(state.cfg), "tables": table_hashes(state.cfg.tables),
                   "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}}, path)
     return path
@@ -144,5 +172,9 @@ def resume(state: TrainState, path: Path, ck: dict | None = None) -> None:
     state.scaler.load_state_dict(ck["scaler"])
     state.start = int(ck["step"])
     state.resumed_from = Path(path)
+    if ck.get("total") is not None and int(ck["total"]) != state.total:  # an extension: the new length's lr from here
+        for group, base, factor in zip(state.opt.param_groups, state.sched.base_lrs, state.sched.lr_lambdas):
+            group["lr"] = base * factor(state.start)
+        state.sched._last_lr = [group["lr"] for group in state.opt.param_groups]
     torch.set_rng_state(ck["rng"]["torch"])
     random.setstate(ck["rng"]["python"])

@@ -3,6 +3,11 @@
 - ``<out>/open_clip_config.json`` + ``<out>/open_clip_model.safetensors``:
   ``open_clip.create_model_and_transforms('local-dir:<out>')`` loads it.
 - ``<out>.pt`` next to it, ``{"state_dict": ...}``: ``create_model_and_transforms(<arch>, pretrained=<file>)``.
+- ``<out>/<arch>.json`` (an architecture named, not a ``local-dir:`` folder): the architecture's open_clip model
+  config, so plain open_clip knows the repo's own architectures (``macco-tiny``, …) by name:
+  ``open_clip.add_model_config(<out>)`` (or the file), then ``create_model_and_transforms(<arch>, pretrained=<out>.pt)``
+  (README "Loading an export in open_clip"). A SigLIP trunk of the repo (``timm_model_name: macco_siglip_…``) is a
+  timm model open_clip cannot build without ``model.siglip.register_tiny_timm()``; its folder loads with ``local-dir:``.
 Training checkpoints never go in the export directory (the local-dir loader globs weight files).
 Every file gets the mode a plain ``open()`` gives (0o666 less the umask): safetensors writes 0o600, which
 colleagues sharing ``artifacts/`` could not load.
@@ -65,11 +70,18 @@ def export_clip(clip: nn.Module, arch: str, out_dir: str | Path, preprocess_cfg:
     config = out_dir / "open_clip_config.json"
     _replace_with(config, lambda tmp: tmp.write_text(json.dumps(
         {"model_cfg": model_cfg, "preprocess_cfg": pp, "macco": {"arch": arch, **(meta or {})}}, indent=2)))
+    if source is None and _plain_name(arch):
+        _replace_with(out_dir / f"{arch}.json", lambda tmp: tmp.write_text(json.dumps(model_cfg, indent=2)))
     pt = out_dir.with_suffix(".pt")
     _replace_with(pt, lambda tmp: torch.save({"state_dict": state, "arch": arch}, tmp))
     # sha256: the .pt's, the file a user passes as a checkpoint (and the evaluation history's checkpoint_sha256)
     return {"dir": str(out_dir), "pt": str(pt), "sha256": file_sha256(pt),
             "safetensors_sha256": file_sha256(weights), "keys": len(state)}
+
+
+def _plain_name(arch: str) -> bool:
+    """An architecture name open_clip's registry keys a config file by (its stem): no schema, no path."""
+    return bool(arch) and ":" not in arch and "/" not in arch and "\\" not in arch and not arch.startswith(".")
 
 
 def _replace_with(path: Path, write) -> None:

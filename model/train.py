@@ -204,14 +204,14 @@ def setup(cfg: TrainConfig) -> TrainState:
     groups = image_groups(samples) if cfg.captions_per_image == "1" else None
     counts["pairs_per_epoch"] = len(groups) if groups is not None else len(samples)
     check_pairs(cfg, counts, world)  # before the model is built and before resume: fresh removes a run
-    ck, ck_state = checkpoint_to_resume(cfg)
+    total = cfg.max_steps or counts["pairs_per_epoch"] // (cfg.batch_size * world) * cfg.epochs
+    ck, ck_state = checkpoint_to_resume(cfg, total)
     task = build_task(cfg, vocab, weights_later=ck is not None).to(device)
     task.rank, task.world_size = rank, world
     check_accumulation(task, cfg)
     check_masks(task, samples, counts, cfg)
     check_tokens(task, samples, cfg)
     dataset = training_dataset(task, cfg, samples, cfg.split, scenes)
-    total = cfg.max_steps or counts["pairs_per_epoch"] // (cfg.batch_size * world) * cfg.epochs
 
     opt = make_optimizer(task, cfg, device)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(cfg, total))

@@ -34,3 +34,28 @@ def test_the_first_hour_block_runs_as_written(tmp_path, monkeypatch, capsys):
     for made in ("tiny/preview.png", "tiny/masks.png", "tiny/run/export.pt", "tiny/eval.json",
                  "tiny/report/results.md", "tiny/eval_results/manifest.json"):
         assert (tmp_path / made).is_file(), made
+
+
+
+def test_the_open_clip_block_loads_the_first_hours_export(tmp_path, monkeypatch):
+    """After the first hour's world and train lines, the README's "Loading an export in open_clip" block runs as
+    written in a process that imports nothing of the project (the unit test runs it on a random export)."""
+    import os
+    import subprocess
+    import sys
+
+    lines = [ln for ln in first_hour_lines() if ln.split()[1] in {"world", "captions", "parse", "ground", "masks"}
+             or ln.startswith("macco train ")]
+    lines = [ln for ln in lines if "--preview" not in ln]
+    (tmp_path / "configs").symlink_to(REPO / "configs")
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        assert main(shlex.split(line)[1:]) == 0, line
+    text = (REPO / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text[text.index("## Loading an export in open_clip"):], flags=re.S)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", code.group(1)], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    probs = eval(run.stdout.strip().splitlines()[-1])
+    assert len(probs) == 2 and abs(sum(probs.values()) - 1) < 1e-4

@@ -41,3 +41,60 @@ def test_a_new_run_over_another_runs_checkpoints_is_refused_unless_fresh(world, 
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-0000001.pt"]  # the old run's are gone
     with pytest.raises(FileNotFoundError, match="nope.pt: checkpoint to resume not found"):
         checkpoint_to_resume(cfg_for(world, world_tables, out, resume=str(tmp_path / "nope.pt")))
+
+
+def test_raising_max_steps_extends_a_finished_run(world, world_tables, tmp_path):
+    """A finished 2-step run rerun with max_steps 4 continues from its step-2 checkpoint (nanoGPT / open_clip): the
+    optimiser's and the schedule's state carried on, 2 more steps trained, the lr the new length's cosine from the
+    step reached (open_clip recomputes the schedule over the new length), the export the 4-step model's."""
+    import math
+
+    import torch
+
+    from model.optim import warmup_cosine
+
+    out = tmp_path / "run"
+    first = train(cfg_for(world, world_tables, out))
+    assert first["steps"] == 2
+    longer = train(cfg_for(world, world_tables, out, max_steps=4, resume="auto"))
+    assert longer["start_step"] == 2 and longer["steps"] == 4
+    assert [r["step"] for r in longer["history"]] == [3, 4]
+    factor = warmup_cosine(1, 4)
+    assert [r["lr_clip"] for r in longer["history"]] == pytest.approx([1e-3 * factor(2), 1e-3 * factor(3)])
+    assert factor(2) == pytest.approx(0.5 * (1 + math.cos(math.pi / 3)))  # 0.75: not the 2-step run's 0
+    ck = torch.load(out / "checkpoints" / "step-0000004.pt", weights_only=True)
+    adam_steps = {float(s["step"]) for s in ck["optimizer"]["state"].values()}
+    assert adam_steps == {4.0}  # the optimiser continued (a fresh one would count 2)
+    assert ck["total"] == 4 and ck["scheduler"]["last_epoch"] == 4 and ck["config"]["max_steps"] == 4
+    assert torch.load(longer["export"]["pt"], weights_only=True)["state_dict"].keys()
+
+
+def test_a_shorter_run_or_a_length_with_other_settings_is_refused(world, world_tables, tmp_path):
+    out = tmp_path / "run"
+    train(cfg_for(world, world_tables, out, max_steps=3))
+    with pytest.raises(ResumeRefused, match=r"step-0000003.pt: this checkpoint's run is 3 steps long; max_steps / "
+                                            r"epochs may be raised on resume \(the run continues\), not lowered "
+                                            r"\(2 steps\)"):
+        checkpoint_to_resume(cfg_for(world, world_tables, out, resume="auto"), total=2)
+    with pytest.raises(ResumeRefused, match=r"other settings \(max_steps 3 -> 5, lr_clip 0.001 -> 0.0001\)"):
+        checkpoint_to_resume(cfg_for(world, world_tables, out, resume="auto", max_steps=5, lr_clip=1e-4), total=5)
+    # epochs instead of max_steps: the length the settings give decides
+    path, _ = checkpoint_to_resume(cfg_for(world, world_tables, out, resume="auto", max_steps=None, epochs=2),
+                                   total=6)
+    assert path.name == "step-0000003.pt"
+
+
+def test_a_checkpoint_without_its_length_refuses_a_length_change(world, world_tables, tmp_path):
+    """A checkpoint written before it recorded its run's length cannot say the new one is longer: refused as any
+    other setting."""
+    import torch
+
+    out = tmp_path / "run"
+    train(cfg_for(world, world_tables, out))
+    path = out / "checkpoints" / "step-0000002.pt"
+    ck = torch.load(path, weights_only=True)
+    del ck["total"]
+    torch.save(ck, path)
+    with pytest.raises(ResumeRefused, match=r"other settings \(max_steps 2 -> 4\)"):
+        checkpoint_to_resume(cfg_for(world, world_tables, out, resume="auto", max_steps=4), total=4)
+    assert checkpoint_to_resume(cfg_for(world, world_tables, out, resume="auto"), total=2)[0] == path

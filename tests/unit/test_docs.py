@@ -89,6 +89,9 @@ def test_what_the_readme_shows_is_the_same_text_on_the_site():
     assert section(README, "## Installation") == section(start, "## Installation")
     first_hour = "## A first hour: every stage by hand on a tiny world"
     assert section(README, first_hour).startswith(section(start, first_hour))
+    loading = "## Loading an export in open_clip"
+    assert section(README, loading) == section(start, loading)
+    assert section(README, "## Citation") == section(REPO / "docs" / "index.md", "## Citation")
     duckdb = "Inspecting the mask tables in DuckDB"
     assert section(README, f"### {duckdb}") == section(REPO / "docs" / "tables.md", f"## {duckdb}")
     readme = README.read_text()

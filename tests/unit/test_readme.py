@@ -159,3 +159,93 @@ def test_readme_sql_line_runs_as_written(artifacts_cwd, capsys):
     out = capsys.readouterr().out.splitlines()
     cols = duckdb.sql(f"select * from read_parquet('{artifacts_cwd}/ground/patch_masks/*.parquet') limit 0").columns
     assert out[0].split() == cols and out[-1] == "(5 rows)" and len(out) == 2 + 5 + 1
+
+
+# ---- loading an export in plain open_clip, run as written ----------------------------------------------------
+OPEN_CLIP_HEADING = "## Loading an export in open_clip"
+PROJECT_PACKAGES = {"macco", "model", "pipeline", "flows", "data_schemas"}
+
+
+def first_hour_line(start: str) -> list[str]:
+    """The README first hour's line starting with ``start``, as argv for ``main``."""
+    block = [c for lang, c in readme_blocks("## A first hour: every stage by hand on a tiny world") if lang == "bash"]
+    line = next(ln for ln in block[0].splitlines() if ln.startswith(start))
+    return shlex.split(line)[1:]
+
+
+def test_readme_open_clip_block_runs_in_plain_open_clip(tmp_path, monkeypatch):
+    """The README's Python block loads an export of the repo's own architecture (``macco-tiny``) through the model
+    config written beside its weights, in a process that imports nothing of the project; its weights are the
+    export's and it scores the first hour's world picture it names."""
+    import json
+    import subprocess
+    import sys
+
+    import open_clip
+    import torch
+
+    from model.export import export_clip
+    from model.factory import register_model_configs
+
+    code = [c for lang, c in readme_blocks(OPEN_CLIP_HEADING) if lang == "python"]
+    assert len(code) == 1 and len(code[0].splitlines()) <= 12
+    monkeypatch.chdir(tmp_path)
+    assert main(first_hour_line("macco world --out tiny/world")) == 0
+    register_model_configs()
+    torch.manual_seed(0)
+    clip = open_clip.create_model("macco-tiny")
+    export_clip(clip, "macco-tiny", tmp_path / "tiny" / "run" / "export")
+    assert json.loads((tmp_path / "tiny/run/export/macco-tiny.json").read_text()) == \
+        open_clip.get_model_config("macco-tiny")
+    check = (f"\nimport sys\nassert not {{m.split('.')[0] for m in sys.modules}} & set({sorted(PROJECT_PACKAGES)!r})"
+             "\nprint(sorted(model.state_dict().items())[0][1].flatten()[:4].tolist())\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", code[0] + check], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    probs, first = run.stdout.strip().splitlines()[-2:]
+    probs = eval(probs)  # the block prints a dict of text -> probability
+    assert len(probs) == 2 and abs(sum(probs.values()) - 1) < 1e-4
+    key, value = sorted(clip.state_dict().items())[0]
+    assert eval(first) == pytest.approx(value.flatten()[:4].tolist())  # the export's weights, not a fresh init
+
+
+def test_export_config_written_only_for_a_named_architecture(tmp_path):
+    """A ``local-dir:`` source has its own open_clip_config.json and gets no ``<arch>.json`` (its folder's other
+    files go along, as a SigLIP folder's tokenizer files do)."""
+    import open_clip
+
+    from model.export import export_clip
+    from model.factory import register_model_configs
+
+    register_model_configs()
+    export_clip(open_clip.create_model("macco-micro"), "macco-micro", tmp_path / "a")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        "macco-micro.json", "open_clip_config.json", "open_clip_model.safetensors"]
+    export_clip(open_clip.create_model(f"local-dir:{tmp_path / 'a'}"), f"local-dir:{tmp_path / 'a'}", tmp_path / "b")
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == sorted(p.name for p in (tmp_path / "a").iterdir())
+
+
+# ---- the repository's front matter ------------------------------------------------------------------------------
+def test_license_file_matches_pyproject():
+    import tomllib
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"]["text"]
+    assert declared == "MIT" and (REPO / "LICENSE").read_text().startswith("MIT License\n")
+
+
+def test_first_hour_output_folder_is_ignored_by_git():
+    ignored = (REPO / ".gitignore").read_text().splitlines()
+    first_hour = "\n".join(c for _, c in readme_blocks("## A first hour: every stage by hand on a tiny world"))
+    assert "tiny/" in first_hour and ("/tiny/" in ignored or "tiny/" in ignored)
+
+
+def test_readme_demo_paragraph_has_no_internal_labels_and_a_citation():
+    """The ``make demo`` paragraph speaks to a reader who has not read the experiments log (no E6, R4, …); the
+    Citation section's BibTeX names the paper."""
+    text = README.read_text()
+    demo = next(p for p in text.split("\n\n") if p.startswith("`make demo`"))
+    assert not re.findall(r"\b[ERH]\d+\b", demo), demo
+    bib = [c for lang, c in readme_blocks("## Citation") if lang == "bibtex"]
+    assert len(bib) == 1 and "title     = {Cross-Modal Masked Compositional Concept Modeling}" in bib[0]
+    assert "ACL" in bib[0] and "year      = {2026}" in bib[0]
