@@ -59,11 +59,11 @@ class MaccoConfig:
 
     @property
     def masks_text(self) -> bool:
-        return self.mode in ("macco", "text-only")
+        return self.mode.split("+")[0] in ("macco", "text-only")  # macco+negclip, macco+ce-clip: MACCO's masks
 
     @property
     def masks_image(self) -> bool:
-        return self.mode in ("macco", "image-only")
+        return self.mode.split("+")[0] in ("macco", "image-only")
 
 
 @dataclass
