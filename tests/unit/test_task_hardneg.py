@@ -112,3 +112,20 @@ def test_the_task_terms_are_the_hardneg_functions(micro_clip):
     for k in ("cmr_loss", "imc_loss"):
         assert ours[k].item() == pytest.approx(theirs[k].item(), rel=1e-6)
     assert torch.allclose(ce.cmr_threshold, nxt) and not torch.equal(nxt, start)
+
+
+def test_a_hard_negative_run_is_probed_with_its_negatives(world, world_tables, tmp_path):
+    """The evaluate stage's gradient probe loads a ce-clip run's task (its threshold with it) and builds a held-out
+    batch with the hard-negative slots, as training does; CE-CLIP's terms get their gradient rows."""
+    from model.probes import held_out_batch, load_training_task, term_gradient_norms
+
+    run = train(_cfg(world, world_tables, tmp_path / "r", mode="macco+ce-clip", max_steps=2))
+    task, cfg = load_training_task(run["checkpoint"])
+    saved = torch.load(run["checkpoint"], weights_only=True)["task"]["cmr_threshold"]
+    assert torch.equal(task.cmr_threshold, saved)
+    tables = {k: v for k, v in world_tables.items() if k != "root"}
+    batch = held_out_batch(task, cfg, tables, split="train", size=8)
+    assert batch["hard_texts"].shape[:2] == (8, CE_CLIP_SLOTS)
+    norms = term_gradient_norms(task, batch)
+    assert {"cmr_loss", "imc_loss", "contrast_loss"} <= set(norms) and norms["imc_loss"]["text"] > 0
+    assert torch.equal(task.cmr_threshold, saved)  # a probe is no training step
