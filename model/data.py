@@ -184,7 +184,7 @@ class MaccoDataset(Dataset):
         self.hard = None  # the hard-negative modes' slots (model.hardneg_data.HardNegatives): tokens [N, K, L], valid
         if hard is not None:
             K = len(hard.kinds)
-            tokens = tokenizer([t for slots in hard.texts for t in slots])
+            tokens = tokenizer([t for slots in hard.texts for t in slots]).to(torch.int32)  # half of int64's memory
             self.hard = (hard.style, tokens.reshape(len(samples), K, -1), torch.tensor(hard.valid, dtype=torch.bool))
 
     def __len__(self) -> int:
@@ -256,10 +256,10 @@ class MaccoDataset(Dataset):
         the placeholder, when it has none)."""
         style, tokens, valid = self.hard
         if style == "ce-clip":
-            return tokens[idx], valid[idx]
+            return tokens[idx].long(), valid[idx]
         ok = valid[idx].nonzero().flatten().tolist()
         j = rng.choice(ok) if ok else 0
-        return tokens[idx, j:j + 1], valid[idx, j:j + 1]
+        return tokens[idx, j:j + 1].long(), valid[idx, j:j + 1]
 
 
 def collate(items: list) -> dict:
