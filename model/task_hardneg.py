@@ -61,9 +61,12 @@ class HardNegativeTask(MaccoTask):
         self.objective.world_size = n
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        """A task of another mode (``init_task``: a MACCO or CLIP-FT checkpoint) has no threshold: the start value."""
+        """A task of another mode (``init_task``: a MACCO or CLIP-FT checkpoint) has no threshold: the start value;
+        a CE-CLIP task's threshold is not NegCLIP's."""
         if self.style == "ce-clip" and "cmr_threshold" not in state_dict:
             state_dict = {**state_dict, "cmr_threshold": self.cmr_threshold}
+        elif self.style != "ce-clip" and "cmr_threshold" in state_dict:
+            state_dict = {k: v for k, v in state_dict.items() if k != "cmr_threshold"}
         return super().load_state_dict(state_dict, strict, assign)
 
     def forward(self, batch: dict[str, torch.Tensor], stats: bool = True,

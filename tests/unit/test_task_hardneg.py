@@ -129,3 +129,16 @@ def test_a_hard_negative_run_is_probed_with_its_negatives(world, world_tables, t
     norms = term_gradient_norms(task, batch)
     assert {"cmr_loss", "imc_loss", "contrast_loss"} <= set(norms) and norms["imc_loss"]["text"] > 0
     assert torch.equal(task.cmr_threshold, saved)  # a probe is no training step
+
+
+def test_a_task_of_another_mode_starts_a_hard_negative_task(micro_clip):
+    """init_task: a MACCO task's weights start a ce-clip task (its threshold at the start value) and a ce-clip
+    task's start a negclip one (its threshold dropped)."""
+    from model.task import MaccoConfig, MaccoTask
+    from model.task_hardneg import HardNegativeTask
+
+    macco = MaccoTask(micro_clip, MaccoConfig(mode="macco")).state_dict()
+    ce = HardNegativeTask(micro_clip, MaccoConfig(mode="macco+ce-clip"))
+    ce.load_state_dict(macco)
+    assert torch.equal(ce.cmr_threshold, initial_threshold(CeClipConfig(), CE_CLIP_SLOTS))
+    HardNegativeTask(micro_clip, MaccoConfig(mode="macco+negclip")).load_state_dict(ce.state_dict())
