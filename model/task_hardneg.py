@@ -13,8 +13,10 @@ ids, ``hard_valid`` [B, K]); the negatives are encoded by the text tower with gr
   full globals, weights 0.2 and 0.2 (their code), the rank loss masked by ``hard_valid``. The CMR threshold is the
   task's buffer ``cmr_threshold`` (one per slot type): updated once per training step, saved with the task in
   every checkpoint, so a resume continues it. Plain ``ce-clip``: ``contrast_loss`` is their ``contrast_loss``.
-MACCO's terms keep their ``LossWeights``. Not supported (refused in one line): gradient accumulation
-(``train_config``), DDP, SigLIP towers (CE-CLIP's and NegCLIP's losses are softmax ones)."""
+MACCO's terms keep their ``LossWeights``. Under DDP the negatives (and their validity) are gathered across ranks
+as every contrastive feature is (``losses.ContrastObjective``): each rank computes the global batch's terms and
+threshold, so the step equals one process on the global batch (tested). Not supported (refused in one line):
+gradient accumulation (``train_config``), SigLIP towers (CE-CLIP's and NegCLIP's losses are softmax ones)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -49,16 +51,14 @@ class HardNegativeTask(MaccoTask):
             self.weights |= {"cmr_loss": ce.cmr_weight, "imc_loss": ce.imc_weight}
             self.register_buffer("cmr_threshold", initial_threshold(ce, CE_CLIP_SLOTS))
 
-    @property
-    def world_size(self) -> int:
-        return self.objective.world_size
-
-    @world_size.setter
-    def world_size(self, n: int) -> None:
-        if n > 1:
-            raise ConfigError(f"train mode {self.cfg.mode}: DDP ({n} ranks) is not supported for the hard-negative "
-                              "modes yet (their negatives are not gathered across ranks); train on one process")
-        self.objective.world_size = n
+    def gathered_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``mask`` (no gradient), concatenated in rank order as ``ContrastObjective.gather``."""
+        if self.world_size == 1:
+            return mask
+        flat = mask.to(torch.uint8).contiguous()  # gloo gathers no bool tensors
+        parts = [torch.empty_like(flat) for _ in range(self.world_size)]
+        torch.distributed.all_gather(parts, flat)
+        return torch.cat(parts).bool()
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         """A task of another mode (``init_task``: a MACCO or CLIP-FT checkpoint) has no threshold: the start value;
@@ -78,9 +78,9 @@ class HardNegativeTask(MaccoTask):
         B, K, L = hard.shape
         enc = self.encode(images, texts, text_mask, image_mask, sizes)
         neg = F.normalize(self.clip.encode_text(hard.reshape(B * K, L)), dim=-1)
-        cols = neg[valid.reshape(-1)] if self.style == "negclip" else neg
+        keep = self.gathered_mask(valid.reshape(-1)) if self.style == "negclip" else None  # NegCLIP: present only
         out = self._contrast(enc.i_glob, enc.t_glob, enc.im_glob, enc.tm_glob, enc.scale, self.objective,
-                             lambda: cols)
+                             lambda: neg, keep)
         if self.style == "ce-clip":
             out |= self._ce_terms(enc, neg.reshape(B, K, -1), valid)
         out |= self.reconstruction_terms(enc, images, texts, text_mask, image_mask, stats)
@@ -95,7 +95,8 @@ class HardNegativeTask(MaccoTask):
     def _ce_terms(self, enc, neg: torch.Tensor, valid: torch.Tensor) -> dict[str, torch.Tensor]:
         """CE-CLIP's rank and intra-modal terms on the full globals; the threshold advances on a training step."""
         I, T = F.normalize(enc.i_glob, dim=-1), F.normalize(enc.t_glob, dim=-1)
-        terms, nxt = ce_clip_terms(I, T, neg, valid, enc.scale, self.cmr_threshold, self.ce)
+        I, T, neg = self.objective.gather(I, T, neg)  # DDP: the global batch on every rank, as the contrast
+        terms, nxt = ce_clip_terms(I, T, neg, self.gathered_mask(valid), enc.scale, self.cmr_threshold, self.ce)
         if self.training and torch.is_grad_enabled():
             self.cmr_threshold.copy_(nxt.to(self.cmr_threshold.dtype))
         out = {k: terms[k] for k in ("cmr_loss", "imc_loss") if k in terms}

@@ -142,3 +142,37 @@ def test_a_task_of_another_mode_starts_a_hard_negative_task(micro_clip):
     ce.load_state_dict(macco)
     assert torch.equal(ce.cmr_threshold, initial_threshold(CeClipConfig(), CE_CLIP_SLOTS))
     HardNegativeTask(micro_clip, MaccoConfig(mode="macco+negclip")).load_state_dict(ce.state_dict())
+
+
+DDP_CASES = {"negclip": {"mode": "negclip"}, "macco+ce-clip": {"mode": "macco+ce-clip"}}
+
+
+@pytest.fixture(scope="module")
+def two_process_steps(tmp_path_factory):
+    """Each case's step on 2 gloo processes (one spawn for both), as tests/unit/test_train.py's DDP cases."""
+    import torch.multiprocessing as mp
+
+    import ddp_support as ds
+
+    tmp = tmp_path_factory.mktemp("ddp")
+    mp.start_processes(ds.worker, args=(2, str(tmp / "init"), list(DDP_CASES.values()), str(tmp / "rank0.pt")),
+                       nprocs=2, join=True, start_method="spawn")
+    return dict(zip(DDP_CASES, torch.load(tmp / "rank0.pt", weights_only=True)))
+
+
+@pytest.mark.parametrize("name", list(DDP_CASES))
+def test_two_process_step_equals_one_process_step(name, two_process_steps):
+    """Under DDP the negatives and their validity are gathered: the terms (CE-CLIP's rank and IMC terms on the
+    global batch) and every gradient equal one process on the global batch."""
+    import ddp_support as ds
+
+    task = ds.make_task(DDP_CASES[name])
+    ref_terms = ds.step(task, task, ds.make_batch(), slice(None))
+    ref_grads = ds.grads(task)
+    got = two_process_steps[name]
+    assert set(got["terms"]) == set(ref_terms) and ("cmr_loss" in ref_terms) == ("ce-clip" in name)
+    for k, v in ref_terms.items():
+        assert got["terms"][k] == pytest.approx(float(v), rel=1e-5, abs=1e-6), k
+    assert set(got["grads"]) == set(ref_grads) and ref_grads
+    for k, g in ref_grads.items():
+        assert torch.allclose(got["grads"][k], g, rtol=1e-4, atol=1e-6), k
