@@ -13,10 +13,11 @@ ids, ``hard_valid`` [B, K]); the negatives are encoded by the text tower with gr
   full globals, weights 0.2 and 0.2 (their code), the rank loss masked by ``hard_valid``. The CMR threshold is the
   task's buffer ``cmr_threshold`` (one per slot type): updated once per training step, saved with the task in
   every checkpoint, so a resume continues it. Plain ``ce-clip``: ``contrast_loss`` is their ``contrast_loss``.
-MACCO's terms keep their ``LossWeights``. Under DDP the negatives (and their validity) are gathered across ranks
+MACCO's terms keep their ``LossWeights``. Gradient accumulation splices the negatives' rows as MACCO's (the step
+equals the unaccumulated one, tested). Under DDP the negatives (and their validity) are gathered across ranks
 as every contrastive feature is (``losses.ContrastObjective``): each rank computes the global batch's terms and
 threshold, so the step equals one process on the global batch (tested). Not supported (refused in one line):
-gradient accumulation (``train_config``), SigLIP towers (CE-CLIP's and NegCLIP's losses are softmax ones)."""
+SigLIP towers (CE-CLIP's and NegCLIP's losses are softmax ones)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -71,36 +72,61 @@ class HardNegativeTask(MaccoTask):
 
     def forward(self, batch: dict[str, torch.Tensor], stats: bool = True,
                 sizes: Sequence[int] | None = None, micro: MicroBatch | None = None) -> dict[str, torch.Tensor]:
-        if micro is not None:
-            raise ConfigError(f"train mode {self.cfg.mode}: gradient accumulation is not supported")
+        """``MaccoTask.forward`` with the hard negatives; ``micro``: one micro-batch's pass of an accumulated step
+        (its rows, the negatives' included, spliced into the cached rows of the whole batch, as
+        ``MaccoTask.accumulated_terms``; the threshold advances in the last pass only)."""
         images, texts, text_mask, image_mask = batch["image"], batch["text"], batch["text_mask"], batch["image_mask"]
-        hard, valid = batch["hard_texts"], batch["hard_valid"].bool()
-        B, K, L = hard.shape
         enc = self.encode(images, texts, text_mask, image_mask, sizes)
-        neg = F.normalize(self.clip.encode_text(hard.reshape(B * K, L)), dim=-1)
-        keep = self.gathered_mask(valid.reshape(-1)) if self.style == "negclip" else None  # NegCLIP: present only
-        out = self._contrast(enc.i_glob, enc.t_glob, enc.im_glob, enc.tm_glob, enc.scale, self.objective,
-                             lambda: neg, keep)
-        if self.style == "ce-clip":
-            out |= self._ce_terms(enc, neg.reshape(B, K, -1), valid)
-        out |= self.reconstruction_terms(enc, images, texts, text_mask, image_mask, stats)
+        live = self._neg_rows(batch)
+        whole, scale = None, enc.scale
+        if micro is None:
+            rows = {"i_glob": enc.i_glob, "t_glob": enc.t_glob, "im_glob": enc.im_glob, "tm_glob": enc.tm_glob,
+                    **live}
+        else:
+            rows = micro.splice(self._rows(enc, None, text_mask, image_mask) | live)
+            scale = scale if micro.last else scale.detach()
+        K = batch["hard_texts"].shape[1]
+        out = self._hard_terms(rows, scale, K, advance=micro is None or micro.last)
+        if micro is not None:
+            out = {k: micro.share(v) for k, v in out.items()}
+            whole = {"text": self.masked_samples(rows["text_masked"]),
+                     "image": self.masked_samples(rows["image_masked"]), "words": rows["masked_words"].sum()}
+        out |= self.reconstruction_terms(enc, images, texts, text_mask, image_mask, stats, whole)
         out["total_loss"] = total_loss(out, self.weights)
         with torch.no_grad():
             out["empty_text_masks"] = (~text_mask.any(dim=1)).sum().float()
             out["empty_image_masks"] = (~image_mask.any(dim=1)).sum().float()
-            out["hard_negatives"] = valid.sum().float()  # the batch's present negatives
-            out["logit_scale"] = enc.scale.detach()
+            out["hard_negatives"] = live["valid"].sum().float()  # the (micro-)batch's present negatives
+            out["logit_scale"] = enc.scale.detach() / (micro.passes if micro is not None else 1)
         return out
 
-    def _ce_terms(self, enc, neg: torch.Tensor, valid: torch.Tensor) -> dict[str, torch.Tensor]:
-        """CE-CLIP's rank and intra-modal terms on the full globals; the threshold advances on a training step."""
-        I, T = F.normalize(enc.i_glob, dim=-1), F.normalize(enc.t_glob, dim=-1)
-        I, T, neg = self.objective.gather(I, T, neg)  # DDP: the global batch on every rank, as the contrast
-        terms, nxt = ce_clip_terms(I, T, neg, self.gathered_mask(valid), enc.scale, self.cmr_threshold, self.ce)
-        if self.training and torch.is_grad_enabled():
+    def _neg_rows(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The negatives' globals [B K, E] (sample-major) and validity [B K]: the rows a pass adds."""
+        hard = batch["hard_texts"]
+        B, K, L = hard.shape
+        return {"neg": self.clip.encode_text(hard.reshape(B * K, L)), "valid": batch["hard_valid"].bool().reshape(-1)}
+
+    @torch.no_grad()
+    def batch_rows(self, batch: dict[str, torch.Tensor], sizes: Sequence[int] | None = None
+                   ) -> dict[str, torch.Tensor]:
+        """``MaccoTask.batch_rows`` and the negatives' rows (the caching pass of an accumulated step)."""
+        return super().batch_rows(batch, sizes) | self._neg_rows(batch)
+
+    def _hard_terms(self, rows: dict[str, torch.Tensor], scale: torch.Tensor, K: int,
+                    advance: bool) -> dict[str, torch.Tensor]:
+        """The contrast with the negatives' columns (NegCLIP: the present ones only), MIR, and CE-CLIP's rank and
+        intra-modal terms on the full globals (DDP: gathered, the global batch on every rank, as the contrast)."""
+        neg = F.normalize(rows["neg"], dim=-1)
+        valid = self.gathered_mask(rows["valid"])
+        out = self._contrast(rows["i_glob"], rows["t_glob"], rows.get("im_glob"), rows.get("tm_glob"), scale,
+                             self.objective, lambda: neg, valid if self.style == "negclip" else None)
+        if self.style != "ce-clip":
+            return out
+        I, T, N = self.objective.gather(F.normalize(rows["i_glob"], dim=-1), F.normalize(rows["t_glob"], dim=-1),
+                                        neg)
+        used = self.cmr_threshold.clone()  # the threshold this step's rank loss uses (logged)
+        terms, nxt = ce_clip_terms(I, T, N.reshape(-1, K, N.shape[-1]), valid.reshape(-1, K), scale, used, self.ce)
+        if advance and self.training and torch.is_grad_enabled():
             self.cmr_threshold.copy_(nxt.to(self.cmr_threshold.dtype))
-        out = {k: terms[k] for k in ("cmr_loss", "imc_loss") if k in terms}
-        with torch.no_grad():
-            for k, v in enumerate(self.cmr_threshold):
-                out[f"cmr_threshold_{k}"] = v.clone()
-        return out
+        out |= {k: terms[k] for k in ("cmr_loss", "imc_loss") if k in terms}
+        return out | {f"cmr_threshold_{k}": v for k, v in enumerate(used)}

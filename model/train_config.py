@@ -106,9 +106,6 @@ class TrainConfig:
                               f"{sorted(asdict(LossWeights()))}")
         if self.mode in HARDNEG_STYLES and self.hardneg:
             raise ConfigError(f"{SECTION} hardneg: mode {self.mode} makes its own hard negatives; set hardneg false")
-        if self.mode in HARDNEG_STYLES and self.accum_steps > 1:
-            raise ConfigError(f"{SECTION} accum_steps: {self.accum_steps} is not supported with mode {self.mode} "
-                              "(its hard-negative terms are not split into micro-batches); set accum_steps 1")
         if self.batch_size % self.accum_steps:
             raise ConfigError(f"{SECTION} accum_steps: {self.accum_steps} does not divide batch_size "
                               f"{self.batch_size} (micro-batches of equal size)")

@@ -69,8 +69,6 @@ def test_bad_configs_are_one_line(world, world_tables, tmp_path):
         load_config(None, ["mode=negclip-ft"])
     with pytest.raises(ConfigError, match="hardneg: mode negclip makes its own"):
         load_config(None, ["mode=negclip", "hardneg=true"])
-    with pytest.raises(ConfigError, match="accum_steps: 2 is not supported with mode ce-clip"):
-        load_config(None, ["mode=ce-clip", "accum_steps=2"])
     no_graphs = {k: str(v) for k, v in world_tables.items() if k not in ("root", "scene_graphs")}
     for mode in TERMS:
         with pytest.raises(ConfigError, match="no scene_graphs") as e:
@@ -87,8 +85,6 @@ def _features(seed=0, B=6, K=CE_CLIP_SLOTS, E=16):
 def test_the_task_terms_are_the_hardneg_functions(micro_clip):
     """The plain modes' contrast is model.hardneg's (NegCLIP's loss; CE-CLIP's contrast), through the task's own
     ``_contrast`` and ``_ce_terms``; the threshold advances only on a training step."""
-    from types import SimpleNamespace
-
     from model.task import MaccoConfig
     from model.task_hardneg import HardNegativeTask
 
@@ -103,12 +99,15 @@ def test_the_task_terms_are_the_hardneg_functions(micro_clip):
     theirs, nxt = ce_clip_terms(I, T, N, valid, scale, start, CeClipConfig(threshold_type="max"))
     out = ce._contrast(I, T, None, None, scale, ce.objective, lambda: N.reshape(-1, 16))
     assert out["contrast_loss"].item() == pytest.approx(theirs["contrast_loss"].item(), rel=1e-6)
-    enc = SimpleNamespace(i_glob=I, t_glob=T, scale=scale)
+    rows = {"i_glob": I, "t_glob": T, "neg": N.reshape(-1, 16), "valid": valid.reshape(-1)}
     ce.eval()
-    ours = ce._ce_terms(enc, N, valid)
+    ours = ce._hard_terms(rows, scale, CE_CLIP_SLOTS, advance=True)
     assert torch.equal(ce.cmr_threshold, start)  # not a training step
     ce.train()
-    ours = ce._ce_terms(enc, N, valid)
+    ce._hard_terms(rows, scale, CE_CLIP_SLOTS, advance=False)
+    assert torch.equal(ce.cmr_threshold, start)  # not the last pass of an accumulated step
+    ours = ce._hard_terms(rows, scale, CE_CLIP_SLOTS, advance=True)
+    assert ours["contrast_loss"].item() == pytest.approx(theirs["contrast_loss"].item(), rel=1e-6)
     for k in ("cmr_loss", "imc_loss"):
         assert ours[k].item() == pytest.approx(theirs[k].item(), rel=1e-6)
     assert torch.allclose(ce.cmr_threshold, nxt) and not torch.equal(nxt, start)
@@ -176,3 +175,27 @@ def test_two_process_step_equals_one_process_step(name, two_process_steps):
     assert set(got["grads"]) == set(ref_grads) and ref_grads
     for k, g in ref_grads.items():
         assert torch.allclose(got["grads"][k], g, rtol=1e-4, atol=1e-6), k
+
+
+@pytest.mark.parametrize("mode", ["negclip", "macco+ce-clip"])
+def test_accumulated_step_equals_the_full_batch_step(mode):
+    """accum_steps k: the negatives' rows are spliced as MACCO's, so the step's terms (CE-CLIP's on the whole
+    batch, with the threshold of before the step) and gradients are the unaccumulated step's, and the threshold
+    advances once, to the unaccumulated step's value."""
+    import ddp_support as ds
+
+    batch = ds.make_batch()
+    task = ds.make_task({"mode": mode})
+    want_terms, want_grads = ds.accumulated_grads(ds.accum_state(task, task, 1, 8, 1), batch)
+    want_threshold = getattr(task, "cmr_threshold", None)
+    for accum, batch_size in ((2, 8), (3, 9)):
+        task = ds.make_task({"mode": mode})
+        terms, grads = ds.accumulated_grads(ds.accum_state(task, task, accum, batch_size, 1), batch)
+        assert set(terms) == set(want_terms)
+        for k, v in want_terms.items():
+            assert terms[k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
+        assert set(grads) == set(want_grads) and "clip.logit_scale" in grads
+        for k, g in want_grads.items():
+            torch.testing.assert_close(grads[k], g, rtol=1e-4, atol=1e-5 * (g.abs().max().item() + 1e-12), msg=k)
+        if want_threshold is not None:
+            assert torch.allclose(task.cmr_threshold, want_threshold)
