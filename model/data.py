@@ -170,7 +170,7 @@ class MaccoDataset(Dataset):
     """Indexed by (epoch, index) pairs (see ``EpochBatchSampler``) so augmentation is a function of the step."""
 
     def __init__(self, samples: list[Sample], cfg: DataConfig, geo: Geometry, seed: int = 0, tokenizer=None,
-                 scenes: dict[str, torch.Tensor] | None = None):
+                 scenes: dict[str, torch.Tensor] | None = None, hard=None):
         self.samples, self.cfg, self.geo, self.seed = samples, cfg, geo, seed
         self.scenes = scenes  # file name -> scene targets (``model.scene``), for mode 'scene'
         if scenes is not None:
@@ -181,6 +181,11 @@ class MaccoDataset(Dataset):
         if tokenizer is not None and any(s.hard_negative is not None for s in samples):
             texts = [s.hard_negative or FALLBACK_NEGATIVE for s in samples]
             self.negatives = tokenizer(texts)
+        self.hard = None  # the hard-negative modes' slots (model.hardneg_data.HardNegatives): tokens [N, K, L], valid
+        if hard is not None:
+            K = len(hard.kinds)
+            tokens = tokenizer([t for slots in hard.texts for t in slots]).to(torch.int32)  # half of int64's memory
+            self.hard = (hard.style, tokens.reshape(len(samples), K, -1), torch.tensor(hard.valid, dtype=torch.bool))
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -236,11 +241,25 @@ class MaccoDataset(Dataset):
                 "caption_id": s.caption_id}
         if self.negatives is not None:
             item["hard_text"] = self.negatives[idx]
+        if self.hard is not None:
+            item["hard_texts"], item["hard_valid"] = self._hard(idx, rng)
         if self.scenes is not None:
             from .scene import crop_targets
 
             item["scene"] = crop_targets(self.scenes[Path(s.file_name).name], crop, img.width, img.height)
         return item
+
+
+    def _hard(self, idx: int, rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
+        """A sample's hard-negative slots: CE-CLIP's K typed slots and their validity; NegCLIP's one negative, drawn
+        from the caption's valid ones for this (epoch, index) as NegCLIP's loader draws one of its list (invalid,
+        the placeholder, when it has none)."""
+        style, tokens, valid = self.hard
+        if style == "ce-clip":
+            return tokens[idx].long(), valid[idx]
+        ok = valid[idx].nonzero().flatten().tolist()
+        j = rng.choice(ok) if ok else 0
+        return tokens[idx, j:j + 1].long(), valid[idx, j:j + 1]
 
 
 def collate(items: list) -> dict:

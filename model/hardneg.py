@@ -1,4 +1,5 @@
-"""Hard-negative losses on features: NegCLIP's and CE-CLIP's (pure torch functions; no training mode uses them yet).
+"""Hard-negative losses on features: NegCLIP's and CE-CLIP's (pure torch functions; the training modes negclip,
+ce-clip and MACCO on each call them through ``model.task_hardneg.HardNegativeTask``).
 
 Notation: I, T the batch's image and caption globals [B, E], N its hard-negative caption globals [B, K, E]
 (caption i's k-th negative at N[i, k]), all L2-normalised; ``mask`` [B, K] says which negatives exist;
@@ -48,6 +49,8 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
+
+CE_CLIP_SLOTS = 4  # CE-CLIP's typed negatives per caption: len(pipeline.negatives.CE_CLIP_KINDS) (tested)
 
 
 def _check_shapes(images: torch.Tensor, texts: torch.Tensor, negatives: torch.Tensor,

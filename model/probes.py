@@ -298,7 +298,7 @@ def term_gradient_norms(task, batch: dict) -> dict[str, dict[str, float]]:
     image tower's parameters (which term drives each tower; the logit scale is left out)."""
     from .losses import term_weights
 
-    weights = term_weights(task.cfg.loss_weights)
+    weights = getattr(task, "weights", None) or term_weights(task.cfg.loss_weights)  # CE-CLIP's terms too
     towers = {"text": [], "image": []}
     for name, p in task.clip.named_parameters():
         if p.requires_grad and name != "logit_scale":
@@ -323,12 +323,19 @@ def held_out_batch(task, train_cfg, tables: dict, split: str = "val", size: int 
     """One batch of held-out ``split`` pairs built as training builds them (masks, crops, hard negatives)."""
     from .data import build_samples, collate
     from .train import training_dataset
+    from .train_config import HARDNEG_STYLES
 
     samples, _ = build_samples({k: Path(v) for k, v in tables.items()}, split, hard_negatives=train_cfg.hardneg,
                                seed=train_cfg.seed)
     if not samples:
         return None
-    ds = training_dataset(task, train_cfg, samples, split)
+    hard = None
+    if train_cfg.mode in HARDNEG_STYLES:  # the hard-negative modes' slots, made as training makes them
+        from .hardneg_data import build_hard_negatives
+
+        hard = build_hard_negatives({k: Path(v) for k, v in tables.items()}, samples,
+                                    HARDNEG_STYLES[train_cfg.mode], train_cfg.seed)
+    ds = training_dataset(task, train_cfg, samples, split, hard=hard)
     batch = collate([ds[(0, i)] for i in range(min(size, len(samples)))])
     batch.pop("skipped")
     return batch if "image" in batch else None

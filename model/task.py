@@ -59,11 +59,11 @@ class MaccoConfig:
 
     @property
     def masks_text(self) -> bool:
-        return self.mode in ("macco", "text-only")
+        return self.mode.split("+")[0] in ("macco", "text-only")  # macco+negclip, macco+ce-clip: MACCO's masks
 
     @property
     def masks_image(self) -> bool:
-        return self.mode in ("macco", "image-only")
+        return self.mode.split("+")[0] in ("macco", "image-only")
 
 
 @dataclass
@@ -308,9 +308,11 @@ class MaccoTask(nn.Module):
 
     def _contrast(self, i_glob: torch.Tensor, t_glob: torch.Tensor, im_glob: torch.Tensor | None,
                   tm_glob: torch.Tensor | None, scale: torch.Tensor, obj: ContrastObjective,
-                  hard_glob: Callable[[], torch.Tensor] | None) -> dict[str, torch.Tensor]:
+                  hard_glob: Callable[[], torch.Tensor] | None,
+                  hard_keep: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """``contrastive_terms`` on given globals (``hard_glob``: the hard negatives' globals, made where the
-        unaccumulated step has always made them, after MIR: the order autograd sums the text tower's gradients)."""
+        unaccumulated step has always made them, after MIR: the order autograd sums the text tower's gradients;
+        ``hard_keep``: which of the gathered ones are columns, ``model.task_hardneg``)."""
         cfg = self.cfg
         I, T = obj.gather(F.normalize(i_glob, dim=-1), F.normalize(t_glob, dim=-1))
         imgs, txts = [I], [T]
@@ -335,6 +337,7 @@ class MaccoTask(nn.Module):
         hard = None
         if hard_glob is not None:
             hard, = obj.gather(F.normalize(hard_glob(), dim=-1))
+            hard = hard if hard_keep is None else hard[hard_keep]
         out = {"contrast_loss": obj.contrast(imgs, txts, scale, hard)}
         if intra:
             out["intra_modal_contrast_loss"] = intra_modal_contrast_loss(intra)

@@ -31,7 +31,7 @@ from .checkpoint import (ResumeRefused, checkpoint_to_resume, latest_checkpoint,
 from .masked import tower_shapes
 from .runlog import RunLog, SkipCount, TooManySkipped, format_log_row, progress_printer  # noqa: F401 (API)
 from .task import MaccoConfig, MaccoTask
-from .train_config import TrainConfig, load_config  # noqa: F401 (API)
+from .train_config import HARDNEG_STYLES, TrainConfig, load_config  # noqa: F401 (API)
 from .train_state import TrainState
 from .train_step import train_step
 from .training_task import TrainingTask
@@ -99,7 +99,9 @@ NEEDED_TABLES = ("captions", "token_masks")  # and for masking: scene_graphs (ha
 
 def check_tables(cfg: TrainConfig) -> None:
     """The tables a run reads are given and are tables: one ``ConfigError`` naming what is missing."""
-    needed = [*NEEDED_TABLES, *(("regions",) if cfg.mode in ("macco", "image-only") else ())]
+    needed = [*NEEDED_TABLES, *(("regions",) if cfg.mode in ("macco", "image-only", "macco+negclip",
+                                                               "macco+ce-clip") else ()),
+              *(("scene_graphs",) if cfg.mode in HARDNEG_STYLES else ())]  # the hard negatives are made from it
     missing = [t for t in needed if t not in cfg.tables]
     if missing:
         raise ConfigError(f"train config tables: no {', '.join(missing)} (tables: {{captions: DIR, token_masks: DIR, "
@@ -151,7 +153,13 @@ def build_task(cfg: TrainConfig, vocab=None, weights_later: bool = False) -> Tra
         return SceneTask(clip, vocab)
     mc = MaccoConfig.from_train(cfg)
     large = arch.split("-quickgelu")[0] in ("ViT-B-16", "ViT-L-14")
-    task = MaccoTask(clip, mc, large_backbone=large)
+    if cfg.mode in HARDNEG_STYLES:
+        from .hardneg import CeClipConfig
+        from .task_hardneg import HardNegativeTask
+
+        task = HardNegativeTask(clip, mc, large, CeClipConfig(threshold_type=cfg.ce_threshold))
+    else:
+        task = MaccoTask(clip, mc, large_backbone=large)
     if cfg.init_task and not weights_later:  # a resumed run reads every weight from its own checkpoint
         from .factory import weights_file
 
@@ -201,6 +209,13 @@ def setup(cfg: TrainConfig) -> TrainState:
         vocab = lm_vocabulary(cfg.tables["token_masks"], cfg.tables["captions"], cfg.split)
     samples, counts = build_samples({k: Path(v) for k, v in cfg.tables.items()}, cfg.split,
                                     hard_negatives=cfg.hardneg, seed=cfg.seed)
+    hard = None
+    if cfg.mode in HARDNEG_STYLES:  # made once per run from its scene graphs, seeded (model.hardneg_data)
+        from .hardneg_data import build_hard_negatives
+
+        hard = build_hard_negatives({k: Path(v) for k, v in cfg.tables.items()}, samples, HARDNEG_STYLES[cfg.mode],
+                                    cfg.seed)
+        counts["hard_negatives"] = hard.summary
     groups = image_groups(samples) if cfg.captions_per_image == "1" else None
     counts["pairs_per_epoch"] = len(groups) if groups is not None else len(samples)
     check_pairs(cfg, counts, world)  # before the model is built and before resume: fresh removes a run
@@ -211,7 +226,7 @@ def setup(cfg: TrainConfig) -> TrainState:
     check_accumulation(task, cfg)
     check_masks(task, samples, counts, cfg)
     check_tokens(task, samples, cfg)
-    dataset = training_dataset(task, cfg, samples, cfg.split, scenes)
+    dataset = training_dataset(task, cfg, samples, cfg.split, scenes, hard)
 
     opt = make_optimizer(task, cfg, device)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(cfg, total))
@@ -234,10 +249,11 @@ def setup(cfg: TrainConfig) -> TrainState:
     return state
 
 
-def training_dataset(task, cfg: TrainConfig, samples: list, split: str, scenes=None):
+def training_dataset(task, cfg: TrainConfig, samples: list, split: str, scenes=None, hard=None):
     """The ``MaccoDataset`` of ``samples`` as training reads them: the model's patch grid and normalisation
     (``preprocess_cfg``: OpenAI's for CLIP, 0.5 for SigLIP), the hard negatives in the model's own tokenizer
-    (every CLIP arch: the BPE of the tables; a local-dir SigLIP folder: its SentencePiece)."""
+    (every CLIP arch: the BPE of the tables; a local-dir SigLIP folder: its SentencePiece); ``hard``: the
+    hard-negative modes' slots (``model.hardneg_data``)."""
     import open_clip
 
     from data_schemas.geometry import Geometry
@@ -247,9 +263,9 @@ def training_dataset(task, cfg: TrainConfig, samples: list, split: str, scenes=N
     shapes = tower_shapes(task.clip)
     pp = getattr(task.clip.visual, "preprocess_cfg", None) or {}
     dcfg = DataConfig.from_train(cfg, split, **{k: tuple(pp[k]) for k in ("mean", "std") if k in pp})
-    tokenizer = open_clip.get_tokenizer(resolve_export_arch(cfg)) if cfg.hardneg else None
+    tokenizer = open_clip.get_tokenizer(resolve_export_arch(cfg)) if cfg.hardneg or hard is not None else None
     return MaccoDataset(samples, dcfg, Geometry(shapes["grid"] * shapes["patch"], shapes["patch"]), seed=cfg.seed,
-                        tokenizer=tokenizer, scenes=scenes)
+                        tokenizer=tokenizer, scenes=scenes, hard=hard)
 
 
 def train(cfg: TrainConfig, on_log: Callable[[dict], None] | None = None,
@@ -273,6 +289,10 @@ def _train(cfg: TrainConfig, on_log, on_note) -> dict:
     note = weights_note(cfg.arch, cfg.pretrained, (state.start, str(state.resumed_from)) if state.start else None)
     if state.is_main:
         (on_note or log.info)(f"train {cfg.mode}: {note}")
+        if "hard_negatives" in state.counts:
+            from .hardneg_data import summary_note
+
+            (on_note or log.info)(summary_note(cfg.mode, state.counts["hard_negatives"]))
     run_log, skips = RunLog(state, on_log), SkipCount(cfg)
     batches = iter(state.loader)
     try:

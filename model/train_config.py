@@ -11,9 +11,12 @@ from data_schemas.geometry import DEFAULT_ARCH
 
 from .losses import LossWeights
 
-Mode = Literal["macco", "clip-ft", "text-only", "image-only"]  # the MaccoTask modes (model.task.MODES)
+# the MaccoTask modes (model.task.MODES); the last four train with hard-negative captions (model.hardneg):
+# NegCLIP, CE-CLIP, and MACCO stacked on each (HARDNEG_STYLES: the pipeline.negatives style each makes)
+Mode = Literal["macco", "clip-ft", "text-only", "image-only", "negclip", "ce-clip", "macco+negclip", "macco+ce-clip"]
 TrainMode = Literal[Mode, "scene", "lm"]  # scene: model.scene (image tower); lm: model.lm (text tower)
 SECTION = "train config"
+HARDNEG_STYLES = {"negclip": "negclip", "ce-clip": "ce-clip", "macco+negclip": "negclip", "macco+ce-clip": "ce-clip"}
 
 
 @dataclass
@@ -33,7 +36,8 @@ class TrainConfig:
     # scene: the image tower on the world's scene truth (model.scene); lm: the text tower as a causal language model
     # on the training captions (model.lm)
     mode: TrainMode = "macco"
-    hardneg: bool = False
+    hardneg: bool = False  # one swapped caption per sample (model.data.swap_negative) for the other modes
+    ce_threshold: Literal["mean", "max", "fixed"] = "mean"  # modes *ce-clip: the CMR threshold (model.hardneg)
     mca: bool = True  # masked samples as extra contrastive negatives (the ablation "macco without MCA": false)
     mir: bool = True  # the intra-modal masked-vs-full term (the ablation "macco without MIR": false)
     lock_image: bool = False  # freeze the image tower (LiT: the text tower learns against a locked image tower)
@@ -100,6 +104,8 @@ class TrainConfig:
         if unknown:
             raise ConfigError(f"{SECTION} loss_weights: unknown term(s) {unknown}; known: "
                               f"{sorted(asdict(LossWeights()))}")
+        if self.mode in HARDNEG_STYLES and self.hardneg:
+            raise ConfigError(f"{SECTION} hardneg: mode {self.mode} makes its own hard negatives; set hardneg false")
         if self.batch_size % self.accum_steps:
             raise ConfigError(f"{SECTION} accum_steps: {self.accum_steps} does not divide batch_size "
                               f"{self.batch_size} (micro-batches of equal size)")

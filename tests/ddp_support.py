@@ -15,11 +15,13 @@ def make_task(cfg: dict):
 
     from model.factory import register_model_configs
     from model.task import MaccoConfig, MaccoTask
+    from model.task_hardneg import HardNegativeTask
+    from model.train_config import HARDNEG_STYLES
 
     register_model_configs()
     torch.manual_seed(0)
     clip = open_clip.create_model("macco-micro")
-    return MaccoTask(clip, MaccoConfig(**cfg))
+    return (HardNegativeTask if cfg.get("mode") in HARDNEG_STYLES else MaccoTask)(clip, MaccoConfig(**cfg))
 
 
 def make_batch() -> dict:
@@ -38,8 +40,15 @@ def make_batch() -> dict:
     image_mask[[1, 6]] = False
     image_mask[0, :3] = True
     hard = open_clip.get_tokenizer("macco-micro")([c.replace("a ", "the ", 1) for c in CAPTIONS])
-    return {"image": torch.randn(B, 3, 32, 32, generator=g), "text": texts, "text_mask": text_mask,
-            "image_mask": image_mask, "hard_text": hard}
+    batch = {"image": torch.randn(B, 3, 32, 32, generator=g), "text": texts, "text_mask": text_mask,
+             "image_mask": image_mask, "hard_text": hard}
+    # the hard-negative modes' slots (model.task_hardneg): 4 per caption, some missing (sample 3 has none)
+    slots = [[" ".join(c.split()[::-1]), c.replace("a ", "one ", 1), c + " twice", "###"] for c in CAPTIONS]
+    batch["hard_texts"] = open_clip.get_tokenizer("macco-micro")(sum(slots, [])).reshape(B, 4, 77)
+    valid = torch.rand(B, 4, generator=torch.Generator().manual_seed(5)) < 0.7
+    valid[:, 3], valid[3] = False, False
+    batch["hard_valid"] = valid
+    return batch
 
 
 def step(model, task, batch: dict, rows: slice) -> dict[str, torch.Tensor]:
