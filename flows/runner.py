@@ -137,12 +137,18 @@ def check_writable(path: Path) -> None:
                              "output folder")
 
 
-def check_outputs(stage: Stage, out: Path) -> list[Path]:
-    """The folders a verb's run of ``stage`` writes under ``out`` (its tables; none: ``out`` itself), each
-    checked before any work: writable, and a table path that is a file or another folder refused in one line."""
+def check_outputs(stage: Stage, out: Path, files: tuple[str, ...] = ()) -> list[Path]:
+    """What a verb's run of ``stage`` writes under ``out`` (``files``: the files the verb names, e.g. ``macco
+    eval --out FILE``'s; else its tables; none: ``out`` itself), each checked before any work: writable, a file
+    that is a folder, a table path that is a file or another folder, refused in one line."""
     check_writable(out)
     if out.exists() and not out.is_dir():
         raise InputFileError(f"{out}: is a file, not a folder; give a folder for the stage's output")
+    for f in (out / n for n in files):
+        if f.is_dir():
+            raise InputFileError(f"{f}: is a folder, not a file; give a file path for the output")
+    if files:
+        return [out / n for n in files]
     tables = [out / w for w in stage.writes if w in TABLES]
     for t in tables:
         refuse_links(t, out)  # ``out`` itself may be a link: the folder the user gave
@@ -321,16 +327,17 @@ def _drive_once(stage: Stage, plan: Plan, runner: Runner) -> dict:
 def run_in_folder(stage: str, section: Any, inputs: Catalog, out: str | Path | None, *,
                   log: Callable[[str], None] = _print, label: str = "", extra: dict | None = None,
                   on_row: Callable[[dict], None] | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> dict:
+                  progress: Callable[[int, int], None] | None = None, files: tuple[str, ...] = ()) -> dict:
     """A ``macco`` verb's run of ``stage`` into ``out`` (the folder it was given): the same record's work and input
-    checks as the flow, its outputs checked and locked first (a second writer of one of its tables fails at once;
-    the shared errors table is written under its own lock), no key, no cache. Returns the record's manifest fields."""
+    checks as the flow, its outputs checked and locked first (a second writer of one of its tables, or of one of
+    the ``files`` the verb names in ``out``, fails at once; the shared errors table is written under its own lock),
+    no key, no cache. Returns the record's manifest fields."""
     record = BY_NAME[stage]
     if out is None:  # a stage that writes nothing for a verb (validate prints its checks)
         return record.run(Call(section, inputs, Path(), "", log=log, on_row=on_row, progress=progress, label=label,
                                extra=extra or {}))
-    out = Path(out)
-    targets = check_outputs(record, out)
+    out = Path(out) if Path(out).name else Path(out).absolute()  # "." has no name to put a lock file beside
+    targets = check_outputs(record, out, files)
     made = [d for d in dict.fromkeys(lock_file(t, "output").parent for t in targets) if not d.exists()]
     try:
         with ExitStack() as stack:  # each lock file beside what it locks: the folder, or each table in it

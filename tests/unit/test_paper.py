@@ -110,3 +110,24 @@ def test_the_bar_is_met_only_when_every_group_is_up():
     results = {"macco": [run("macco-s0", 0.7, cm)], "clip-ft": [run("clip-ft-s0", 0.6, cc)]}
     bar = P.registered_comparison(results, "macco", "clip-ft")
     assert bar["groups"]["SugarCrepe relation"]["mark"] == "▼" and not bar["met"]
+
+
+def test_one_report_per_protocol_under_a_top_results_md(tmp_path):
+    """``paper_report`` (the report stage with several protocols): each protocol's report in its folder, their
+    tables in the top results.md, paper.json empty without ``evaluate.paper``."""
+    import json
+    from pathlib import Path
+
+    from model.benchmarks.registry import REPORT_ROWS
+    from model.losses import TERM_LABELS
+    from pipeline.paper import paper_report
+
+    res = {"benchmarks": {"sugarcrepe": {"subsets": {"replace_rel": {"n": 10, "accuracy": 0.6}},
+                                         "groups": {"relation": 0.6}}}}
+    rep = paper_report({"authors": {"macco": [res]}, "macco": {"macco": [res]}}, tmp_path, "T", "a note",
+                       control="macco", untested=(), paper=None, rows=REPORT_ROWS, terms=TERM_LABELS)
+    md = (tmp_path / "results.md").read_text()
+    assert md.startswith("# T\n\na note\n") and rep["markdown"] == str(tmp_path / "results.md")
+    assert "## Protocol authors (authors/results.md)" in md and "## Protocol macco (macco/results.md)" in md
+    assert "SugarCrepe relation" in md and Path(rep["png"]).is_file()
+    assert json.loads((tmp_path / "paper.json").read_text()) == {}
