@@ -51,7 +51,7 @@ def end_children(grace: float = GRACE_S) -> list[int]:
             except ProcessLookupError:
                 continue  # already gone
         deadline = time.monotonic() + grace
-        while sig == signal.SIGTERM and time.monotonic() < deadline and any(_alive(p) for p in kids):
+        while sig == signal.SIGTERM and time.monotonic() < deadline and any(alive(p) for p in kids):
             time.sleep(0.05)
     return kids
 
@@ -73,7 +73,7 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
