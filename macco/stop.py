@@ -41,9 +41,10 @@ def stop_on_signals(what: str):
 
 
 def end_children(grace: float = GRACE_S) -> list[int]:
-    """SIGTERM to every process descended from this one, SIGKILL to those still there after ``grace`` seconds;
-    returns their pids."""
+    """SIGTERM to every process descended from this one and to the run's orphans (``orphans``), SIGKILL to those
+    still there after ``grace`` seconds; returns their pids."""
     kids = descendants(os.getpid())
+    kids += [p for p in orphans() if p not in kids]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in kids:
             try:
@@ -70,6 +71,27 @@ def descendants(pid: int) -> list[int]:
         kids = children.get(todo.pop(), [])
         out += kids
         todo += kids
+    return out
+
+
+def _stat(d: Path) -> list[str]:
+    """``/proc/PID/stat``'s fields after the command name: state, ppid, pgrp, ..., starttime at index 19."""
+    return (d / "stat").read_text().rsplit(")", 1)[1].split()
+
+
+def orphans() -> list[int]:
+    """Processes this run started whose parent ended first (Ctrl-C reaches the whole process group: a child that
+    dies of it leaves its own children to init, out of ``descendants``' reach): same process group as this one,
+    started after it, and not a child of this one's parent (a pipe's other end, ``macco run | tee``, is kept)."""
+    me = _stat(Path("/proc/self"))
+    out = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            f = _stat(d)
+        except (OSError, IndexError):  # ended while being read
+            continue
+        if f[2] == me[2] and int(d.name) != os.getpid() and f[1] != me[1] and int(f[19]) >= int(me[19]):
+            out.append(int(d.name))
     return out
 
 

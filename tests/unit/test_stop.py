@@ -58,3 +58,29 @@ def test_the_handlers_before_are_back_after_the_run():
     with stop_on_signals("macco run"):
         assert signal.getsignal(signal.SIGINT) not in before
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+# a process whose child ends at once, leaving a grandchild to init (as a child killed by the terminal's Ctrl-C does)
+ORPHANING = """
+import subprocess, sys, time
+from macco.stop import stop_on_signals
+subprocess.run(["sh", "-c", "sleep 60 > /dev/null 2>&1 & echo $!"], stdout=open(sys.argv[1], "w"), check=True)
+with stop_on_signals("macco run"):
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="child processes are found through /proc (Linux)")
+def test_a_process_the_run_started_whose_parent_died_first_is_ended_too(tmp_path):
+    """Seen in the e2e Ctrl-C test: a process of the run outlived it (its parent had died of the group's SIGINT)."""
+    pidfile = tmp_path / "pid"
+    proc = subprocess.Popen([sys.executable, "-c", ORPHANING, str(pidfile)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline() == "ready\n"
+    orphan = int(pidfile.read_text())
+    assert alive(orphan) and orphan not in descendants(proc.pid)  # out of reach of the children's walk
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.communicate(timeout=20)
+    assert proc.returncode == 128 + signal.SIGINT
+    assert _gone([orphan], 5)
