@@ -82,6 +82,11 @@ OURS = {
     "sts_sts_b": _group("sts", "sts-b_spearman"),
     "senteval_probing_mean": _group("senteval-probing", "mean"),
 }
+# the columns one case group gives (benchmark, group): a paired test over the same cases can compare two runs there
+CASE_GROUPS = {"aro_relation": ("aro-vgr", "macro"), "aro_attribute": ("aro-vga", "macro"),
+               "vlchecklist_relation": ("vl-checklist", "relation"),
+               "vlchecklist_attribute": ("vl-checklist", "attribute"), "vlchecklist_object": ("vl-checklist", "object"),
+               "sugarcrepe_relation": ("sugarcrepe", "relation"), "valse_avg": ("valse", "avg")}
 # the main table's columns (paper_numbers.json ``tables.main``): their mean is Table 2's compositional mean
 MAIN_COLUMNS = ("aro_relation", "aro_attribute", "aro_order", "sugarcrepe_relation", "vlchecklist_relation",
                 "valse_relation", "whatsup")
@@ -174,10 +179,31 @@ def registered_comparison(results: dict[str, list[dict]], treatment: str, contro
             "groups": groups, "missing": missing, "met": met}
 
 
+def _gain_tests(pairs: list[tuple[dict, dict]], columns) -> dict[str, dict]:
+    """The case-level sign test of each column with a case group (``CASE_GROUPS``), the stacked run against its
+    method over the same cases (seeds paired), Holm's correction over the columns tested."""
+    from pipeline.report import holm, mcnemar
+
+    tests = {}
+    for column in columns:
+        if column not in CASE_GROUPS or not pairs:
+            continue
+        bench, key = CASE_GROUPS[column]
+        m, c = ([r["benchmarks"].get(bench, {}).get("cases", {}).get(key) for r in side] for side in zip(*pairs))
+        if None not in m and None not in c and len({len(x) for x in m + c}) == 1:
+            tests[column] = mcnemar(m, c)
+    for column, p in holm({k: t["p_case"] for k, t in tests.items()}).items():
+        t = tests[column]
+        t["p_holm"] = p
+        t["mark"] = ("▲" if t["b_case"] > t["c_case"] else "▼") if p < ALPHA else ""
+    return tests
+
+
 def compare_deltas(table: dict, results: dict[str, list[dict]], rows: dict[str, str]) -> list[dict]:
     """One line per (paper column, delta row whose row and base row are both mapped): ours, the row's run minus the
-    base row's run of the same seed (mean, sd over the seed pairs, pairs; seeds only one side has left out), and the
-    paper's delta where one is recorded (``deltas.rows.<row>.cells``)."""
+    base row's run of the same seed (mean, sd over the seed pairs, pairs; seeds only one side has left out) with the
+    paired test where the column has a case group (``_gain_tests``), and the paper's delta where one is recorded
+    (``deltas.rows.<row>.cells``)."""
     from pipeline.report import seed_pairs
 
     label_of = {r: lab for lab, r in rows.items()}
@@ -187,6 +213,7 @@ def compare_deltas(table: dict, results: dict[str, list[dict]], rows: dict[str, 
         if top is None or base is None:
             continue
         pairs = seed_pairs(results.get(top, []), results.get(base, []))
+        tests = _gain_tests(pairs, table["columns"])
         for column, header in table["columns"].items():
             fn = OURS[column]
             vals = [(fn(a), fn(b)) for a, b in pairs]
@@ -195,7 +222,8 @@ def compare_deltas(table: dict, results: dict[str, list[dict]], rows: dict[str, 
                 "mean": statistics.mean(diffs), "sd": statistics.stdev(diffs) if len(diffs) > 1 else 0.0,
                 "seeds": len(diffs)}
             out.append({"column": column, "header": header, "row": row, "over": d["over"], "model": top,
-                        "base": base, "ours": ours, "paper": d.get("cells", {}).get(column)})
+                        "base": base, "ours": ours, "test": tests.get(column),
+                        "paper": d.get("cells", {}).get(column)})
     return out
 
 
@@ -213,11 +241,16 @@ def delta_lines(name: str, table: dict, lines_: list[dict]) -> list[str]:
         cells = []
         for r, *_ in pairs:
             ln = by[(column, r)]
-            cells += ["-" if ln["ours"] is None else _ours_cell(ln["ours"], "+"),
+            mark = (ln["test"] or {}).get("mark")
+            cells += ["-" if ln["ours"] is None else _ours_cell(ln["ours"], "+") + (f" {mark}" if mark else ""),
                       "-" if ln["paper"] is None else f"{ln['paper']:+.1f}"]
         out.append(f"| {header} | " + " | ".join(cells) + " |")
+    tested = [h for c, h in table["columns"].items() if c in CASE_GROUPS]
     return out + ["", "Quoted: " + " ".join(table["deltas"]["source"]) + " Ours: mean ± sd over the seed pairs, in "
-                  "points; '-' where a run lacks the column or no delta was quoted."]
+                  f"points; '-' where a run lacks the column or no delta was quoted. ▲/▼: the stacked run better/worse "
+                  f"than its method in the case-level sign test over the same cases (seeds paired) at p < {ALPHA} "
+                  f"after Holm's correction over the columns tested for that pair ({', '.join(tested)}: those of one "
+                  "case group); each p raw and corrected is in `paper.json` (`deltas`)."]
 
 
 def _cell(v: float | None, digits: int = 1) -> str:

@@ -116,11 +116,14 @@ STACKING = {"negclip": "NegCLIP", "macco-negclip": "NegCLIP+MACCO", "ce-clip": "
             "macco-ce-clip": "CE-CLIP+MACCO"}
 
 
-def stack_run(label: str, vlc_relation: float, vgr: float | None = None) -> dict:
-    """One seed's results.json with VL-CheckList relation (and ARO VG-Relation where given); nothing else."""
+def stack_run(label: str, vlc_relation: float, vgr: float | None = None, cases: dict | None = None) -> dict:
+    """One seed's results.json with VL-CheckList relation (and ARO VG-Relation where given), and the per-case
+    strings given ({(benchmark, group): string}); nothing else."""
     bench = {"vl-checklist": {"groups": {"relation": vlc_relation}, "subsets": {}, "cases": {}}}
     if vgr is not None:
         bench["aro-vgr"] = {"groups": {"macro": vgr}, "subsets": {}, "cases": {}}
+    for (b, key), string in (cases or {}).items():
+        bench.setdefault(b, {"groups": {}, "subsets": {}, "cases": {}})["cases"][key] = string
     return {"label": label, "benchmarks": bench}
 
 
@@ -186,3 +189,24 @@ def test_a_quoted_delta_without_its_source_or_rows_is_refused(tmp_path):
         p.write_text(json.dumps({**data, "tables": {"stacking": {**stacking, "deltas": bad}}}))
         with pytest.raises(ValueError, match=message):
             P.load_paper(p)
+
+
+def test_macco_s_gain_over_a_method_is_a_paired_test_over_the_same_cases_holm_over_the_columns():
+    """Where a stacking column is one case group, the stacked run is tested against its method over the same cases
+    (seeds paired, the case-level sign test), Holm over the columns tested for that pair; ▲ marks the gain."""
+    vlc, vgr = ("vl-checklist", "relation"), ("aro-vgr", "macro")
+    win, lose, tie = "1" * 12, "0" * 12, "10" * 6
+    results = {"negclip": [stack_run(f"negclip-s{s}", 0.5, 0.5, {vlc: lose, vgr: tie}) for s in (0, 1)],
+               "macco-negclip": [stack_run(f"macco-negclip-s{s}", 0.6, 0.5, {vlc: win, vgr: tie}) for s in (1, 0)]}
+    lines, data = P.paper_section({"macco": results}, {"negclip": "NegCLIP", "macco-negclip": "NegCLIP+MACCO"}, "x")
+    gains = {g["column"]: g for g in data["deltas"]["stacking"]}
+    assert set(c for c, g in gains.items() if g["test"]) == {"vlchecklist_relation", "aro_relation"}
+    t = gains["vlchecklist_relation"]["test"]
+    raw = mcnemar([win, win], [lose, lose])
+    assert t["p_case"] == raw["p_case"] and t["b_case"] == 12 and t["mark"] == "▲"
+    assert t["p_holm"] == holm({"a": raw["p_case"], "b": 1.0})["a"]
+    assert gains["aro_relation"]["test"]["mark"] == "" and gains["aro_order"]["test"] is None  # two groups: no test
+    md = "\n".join(lines)
+    assert "| VL-CheckList-Relation | +10.0 ± 0.0 ▲ | +3.1 |" in md and "| ARO-Relation | +0.0 ± 0.0 | - |" in md
+    assert "after Holm's correction over the columns tested for that pair (ARO-Relation, ARO-Attribute, " \
+           "VL-CheckList-Relation" in md
