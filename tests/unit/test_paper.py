@@ -175,6 +175,10 @@ def test_a_gain_is_printed_only_for_a_method_and_its_stacked_row_both_mapped():
     assert "| VL-CheckList-Relation | +10.0 | +3.1 |" in "\n".join(lines)  # one seed pair: no spread
     _, data = P.paper_section({None: results}, {"negclip": "NegCLIP"}, "x")
     assert "stacking" in data["tables"] and not data["deltas"]
+    paper = P.load_paper()
+    paper["tables"]["stacking"]["deltas"]["source"] = "One line of text."  # a source as one string, not its lines
+    lines, _ = P.paper_section({None: results}, {"negclip": "NegCLIP", "macco-negclip": "NegCLIP+MACCO"}, "x", paper)
+    assert "Quoted: One line of text. Ours:" in "\n".join(lines)
 
 
 def test_a_quoted_delta_without_its_source_or_rows_is_refused(tmp_path):
