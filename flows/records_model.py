@@ -325,14 +325,14 @@ def _report(call: Call) -> dict:
     (``pipeline.paper``) in the top ``results.md``. ``macco report`` runs it too (no key), handing the results it
     read (``extra``: ``results``, ``title``, ``note``, ``control``)."""
     from model.benchmarks.registry import REPORT_ROWS
-    from model.losses import TERM_LABELS
+    from model.losses import REPORT_TERMS
     from pipeline.report import write_report
 
     outputs = {"report": {"kind": "report", "dir": str(call.out), "content_hash": None}}
     if "results" in call.extra:
         x = call.extra
         return {**write_report(x["results"], call.out, x["title"], x["note"], control=x["control"],
-                               rows=REPORT_ROWS, terms=TERM_LABELS), "outputs": outputs}
+                               rows=REPORT_ROWS, terms=REPORT_TERMS), "outputs": outputs}
     evals, plan = call.extra["evaluations"], call.section
     by_protocol: dict[str | None, dict[str, list[dict]]] = {}
     for label, runs in evals.items():
@@ -349,12 +349,12 @@ def _report(call: Call) -> dict:
     if not plan.protocols and not plan.paper:
         rep = write_report(by_protocol.get(None, {}), call.out, title, note, control=plan.control,
                            untested=untrained, rows=REPORT_ROWS,
-                           terms=TERM_LABELS)
+                           terms=REPORT_TERMS)
     else:
         from pipeline.paper import paper_report
 
         rep = paper_report(by_protocol, call.out, title, note, control=plan.control, untested=untrained,
-                           paper=plan.paper, rows=REPORT_ROWS, terms=TERM_LABELS)
+                           paper=plan.paper, rows=REPORT_ROWS, terms=REPORT_TERMS)
     return {**rep, "outputs": outputs}
 
 
