@@ -17,6 +17,7 @@ def main(images: int = 200) -> dict:
 
     from model.factory import register_model_configs
     from model.benchmarks import aro, sugarcrepe
+    from model.benchmarks.registry import world_sets
     from model.benchmarks.scoring import Encoder, score_cases
     from pipeline.world import WorldConfig, generate_world
     from pipeline.world_benchmarks import benchmark_roots
@@ -24,7 +25,7 @@ def main(images: int = 200) -> dict:
     register_model_configs()
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as d:
-        generate_world(d, WorldConfig(seed=3, images=images * 5, size=64, eval_fraction=0.2))
+        generate_world(d, WorldConfig(seed=3, images=images * 5, size=64, eval_fraction=0.2), world_sets())
         roots = benchmark_roots(d)
         cases = aro.load_vg(roots["aro-vgr"], "relation") + sugarcrepe.load(roots["sugarcrepe"])
         model, _, pre = open_clip.create_model_and_transforms("macco-tiny")

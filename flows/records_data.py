@@ -26,6 +26,14 @@ def _tables(manifests: dict[str, dict], out: Path) -> dict:
 
 
 # ---- world (the embedded default's data) ---------------------------------------------------------------------
+def _world_sets(section) -> dict[str, str] | None:
+    """The benchmark registry's sets in the world (benchmark -> set), when it writes them: handed to the world's
+    generator, and in its key (a set declared for one more benchmark is a new world)."""
+    from model.benchmarks.registry import world_sets
+
+    return world_sets() if section.benchmarks else None
+
+
 def _world(call: Call) -> dict:
     """The synthetic world into ``call.out`` (generated beside it, then swapped in: a killed run leaves no half
     world); an existing folder is replaced only if it is a world (or empty), never a user's other files."""
@@ -37,7 +45,7 @@ def _world(call: Call) -> dict:
         raise InputFileError(f"{out}: exists and is not a synthetic world (no world.json); refusing to replace it: "
                              "give a new or empty folder")
     tmp = temp_name(out)
-    summary = generate_world(tmp, call.section)
+    summary = generate_world(tmp, call.section, _world_sets(call.section))
     # every file the world holds (images, annotations, benchmark sets) with its size, listed beside its manifest:
     # a deleted or resized one makes the world not done, so it is regenerated, not served Cached
     content = tree_hash(tmp)
@@ -240,7 +248,7 @@ def _masks(call: Call) -> dict:
 
 STAGES = (
     Stage("world", "world", (), ("source",), roots("pipeline.world"), _world, when=lambda cfg: cfg.world_run,
-          packages=packages("Pillow"), config=WorldConfig),
+          extras=lambda section: [_world_sets(section)], packages=packages("Pillow"), config=WorldConfig),
     Stage("captions", "data", ("source",), ("captions", "official", "images", "errors"),
           roots("pipeline.captions_stage"), _captions, given=_source_entry, config=CaptionsConfig,
           packages=packages("Pillow", "webdataset")),

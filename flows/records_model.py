@@ -218,32 +218,41 @@ def _check_evaluate(cfg) -> None:
 def _evaluate(call: Call) -> dict:
     """The benchmarks, and on the synthetic world the probes; the rows are appended to the ``eval_results``
     history (once the evaluation is complete: a failed one adds nothing). An evaluation stopped after its
-    results.json but before its stage record is read back and appended once (by its eval_id)."""
+    results.json but before its stage record is read back and appended once (by its eval_id). ``macco eval`` runs
+    it too (no key): ``extra`` names its benchmarks (``names``), its results file (``results_file``: its
+    ``--out``'s name, or None) and its history (``history``: ``--results-table``, or None)."""
     from model.benchmarks import append_results, evaluate
 
-    run, out = call.extra["run"], call.out
+    run, out, flow = call.extra["run"], call.out, bool(call.key)
     cfg = dataclasses.replace(call.extra["eval_config"], model=run["arch"], checkpoint=run["export_pt"])
-    out.mkdir(parents=True, exist_ok=True)
-    results = out / "results.json"
-    if results.is_file():
+    name = call.extra.get("results_file", "results.json")
+    results = out / name if name else None
+    if flow and results.is_file():
         res = json.loads(results.read_text())
     else:
-        res = evaluate(cfg, list(cfg.roots), run=call.label)
-        res["label"] = call.label
+        bar = {"progress": True} if call.extra.get("progress") else {}  # a verb's bar on a terminal
+        res = evaluate(cfg, call.extra.get("names") or list(cfg.roots), run=call.label or None, **bar)
+        if flow:
+            res["label"] = call.label
         probe = call.extra.get("probe")
         if probe is not None:
             from model.probes import ProbeConfig, probe as run_probes
 
             res["probes"] = run_probes(run["arch"], run["export_pt"], ProbeConfig(world=probe["world"]),
                                        run.get("checkpoint"), probe["tables"])
-        replace_file(results, lambda tmp: tmp.write_text(json.dumps(res, indent=2, default=str)))
-    history = call.extra["history"]
-    append_results(history, res, cfg, call.extra.get("trigger", "macco run (in-process)"))
+        if results is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            replace_file(results, lambda tmp: tmp.write_text(json.dumps(res, indent=2, default=str)))
+    history = call.extra.get("history")
+    if history is not None:
+        append_results(history, res, cfg, call.extra.get("trigger", "macco run (in-process)"))
     groups = {b: {k: round(v, 4) for k, v in r["groups"].items() if isinstance(v, float)}
               for b, r in res["benchmarks"].items()}
     call.log(f"evaluate {call.label}: {groups} (eval_id {res['eval_id']}, appended to {history})")
-    return {"label": call.label, "results": str(results), "files": [str(results)], "eval_id": res["eval_id"],
-            "history": history, "content_hash": hashlib.sha256(results.read_bytes()).hexdigest(), "outputs": {}}
+    files = [str(results)] if results is not None else []
+    return {"label": call.label, "results": files[0] if files else None, "files": files, "eval_id": res["eval_id"],
+            "history": history, "content_hash": hashlib.sha256(results.read_bytes()).hexdigest() if files else None,
+            "outputs": {}, **({} if flow else {"evaluation": res})}  # the verb prints it
 
 
 def evaluation_reads(run: dict, roots_hash: str | None, table_hashes: list[str], probes: bool) -> list:
@@ -313,11 +322,17 @@ def _drive_evaluate(stage: Stage, plan, runner) -> dict[str, list[dict]]:
 def _report(call: Call) -> dict:
     """``results.md`` / ``results.json`` / ``results.png`` of every evaluation; with several protocols one report
     each under ``<protocol>/``, and with ``evaluate.paper`` the paper's tables beside ours and the registered bar
-    (``pipeline.paper``) in the top ``results.md``."""
+    (``pipeline.paper``) in the top ``results.md``. ``macco report`` runs it too (no key), handing the results it
+    read (``extra``: ``results``, ``title``, ``note``, ``control``)."""
     from model.benchmarks.registry import REPORT_ROWS
     from model.losses import REPORT_TERMS
     from pipeline.report import write_report
 
+    outputs = {"report": {"kind": "report", "dir": str(call.out), "content_hash": None}}
+    if "results" in call.extra:
+        x = call.extra
+        return {**write_report(x["results"], call.out, x["title"], x["note"], control=x["control"],
+                               rows=REPORT_ROWS, terms=REPORT_TERMS), "outputs": outputs}
     evals, plan = call.extra["evaluations"], call.section
     by_protocol: dict[str | None, dict[str, list[dict]]] = {}
     for label, runs in evals.items():
@@ -336,36 +351,11 @@ def _report(call: Call) -> dict:
                            untested=untrained, rows=REPORT_ROWS,
                            terms=REPORT_TERMS)
     else:
-        rep = _paper_report(call, by_protocol, title, note, untrained)
-    return {**rep, "outputs": {"report": {"kind": "report", "dir": str(call.out), "content_hash": None}}}
+        from pipeline.paper import paper_report
 
-
-def _paper_report(call: Call, by_protocol: dict, title: str, note: str, untrained: tuple) -> dict:
-    """One report per protocol (``<out>/<protocol>/``), and ``results.md`` / ``paper.json`` on top: the paper's
-    tables beside ours, the registered bar, then each protocol's table."""
-    from model.benchmarks.registry import REPORT_ROWS
-    from model.losses import REPORT_TERMS
-    from pipeline.paper import paper_section
-    from pipeline.report import write_report
-
-    plan, out = call.section, call.out
-    parts = {p: write_report(res, out / (p or "report"), f"{title} (protocol {p or 'as configured'})", note,
-                             control=plan.control, untested=untrained, rows=REPORT_ROWS,
-                           terms=REPORT_TERMS)
-             for p, res in by_protocol.items()}
-    lines = [f"# {title}", "", note, ""]
-    data: dict = {}
-    if plan.paper:
-        section, data = paper_section(by_protocol, plan.paper, plan.control)
-        lines += section
-    for p, rep in parts.items():
-        lines += [f"## Protocol {p or 'as configured'} ({Path(rep['markdown']).relative_to(out)})", "",
-                  *rep["table"].splitlines()[2:], ""]
-    md = out / "results.md"
-    replace_file(md, lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
-    replace_file(out / "paper.json", lambda tmp: tmp.write_text(json.dumps(data, indent=2)))
-    return {"markdown": str(md), "png": next(iter(parts.values()))["png"] if parts else None,
-            "table": "\n".join(lines)}
+        rep = paper_report(by_protocol, call.out, title, note, control=plan.control, untested=untrained,
+                           paper=plan.paper, rows=REPORT_ROWS, terms=REPORT_TERMS)
+    return {**rep, "outputs": outputs}
 
 
 def _publish_report(call: Call, result, sink) -> None:

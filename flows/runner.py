@@ -18,9 +18,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -29,6 +28,7 @@ from data_schemas import (TABLES, InputFileError, TableError, lock_file, made_fr
                           replace_file, verify_table)
 from data_schemas.checks import STAGE_RECORD, recorded_difference
 from data_schemas.config import ConfigError
+from data_schemas.locks import StageLocked, output_lock  # noqa: F401 (API: the runner's lock, also model.train's)
 from flows.catalog import Catalog, located, portable
 from flows.registry import BY_NAME, ORDER, STAGES
 from flows.stage import Call, Stage, _print, stage_key
@@ -40,10 +40,6 @@ USER_ERRORS = (InputFileError, ConfigError, FileNotFoundError)
 
 class StageMissing(InputFileError):
     """A stage not selected whose output is not there (run it first)."""
-
-
-class StageLocked(InputFileError):
-    """Another process writes this output now."""
 
 
 # ---- the stage record: stage.json and the done rule --------------------------------------------------------------
@@ -114,51 +110,6 @@ def write_stage(d: Path, manifest: dict) -> dict:
 
 
 # ---- locks, paths ---------------------------------------------------------------------------------------------------
-@contextmanager
-def output_lock(lock_file: Path, what: Path):
-    """An exclusive lock on one output (``what``) held while this process decides about it and writes it: a
-    second writer fails at once with one line naming the holder, instead of interleaving with the first.
-
-    The lock file is never followed: a symbolic link at its path (``O_NOFOLLOW``), a hard link to another file or
-    anything but a regular file is refused in one line, so the holder line this writes never lands in a file the
-    runner did not make."""
-    import fcntl
-    import stat
-
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    how = "remove it (nothing in a lock file is needed once no macco process holds it) and rerun"
-    try:  # O_NONBLOCK: a FIFO put at the lock path is refused below, never waited on
-        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
-    except OSError as exc:
-        if lock_file.is_symlink():
-            raise InputFileError(f"{lock_file}: the lock file is a symbolic link (to {os.readlink(lock_file)}); the "
-                                 f"runner never writes through a link it did not make: {how}") from None
-        raise
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-        os.close(fd)
-        kind = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"a hard link ({st.st_nlink} names)"
-        raise InputFileError(f"{lock_file}: the lock file is {kind}; the runner never writes into a file it did not "
-                             f"make: {how}")
-    os.set_blocking(fd, True)
-    f = os.fdopen(fd, "r+")
-    try:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "another process"
-            raise StageLocked(f"{what}: another macco process is writing it ({holder}; lock {lock_file}); wait for "
-                              "it to finish, then rerun (finished stages come back Cached)") from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}")
-        f.flush()
-        yield
-    finally:
-        f.close()  # closing releases the lock
-
-
 def refuse_links(path: Path, root: Path) -> None:
     """One line when ``path``, or a folder between ``root`` (which may be a link) and it, is a symbolic link: the
     runner writes and removes (``--force``) only what it made, never outside ``root``."""
@@ -186,12 +137,18 @@ def check_writable(path: Path) -> None:
                              "output folder")
 
 
-def check_outputs(stage: Stage, out: Path) -> list[Path]:
-    """The folders a verb's run of ``stage`` writes under ``out`` (its tables; none: ``out`` itself), each
-    checked before any work: writable, and a table path that is a file or another folder refused in one line."""
+def check_outputs(stage: Stage, out: Path, files: tuple[str, ...] = ()) -> list[Path]:
+    """What a verb's run of ``stage`` writes under ``out`` (``files``: the files the verb names, e.g. ``macco
+    eval --out FILE``'s; else its tables; none: ``out`` itself), each checked before any work: writable, a file
+    that is a folder, a table path that is a file or another folder, refused in one line."""
     check_writable(out)
     if out.exists() and not out.is_dir():
         raise InputFileError(f"{out}: is a file, not a folder; give a folder for the stage's output")
+    for f in (out / n for n in files):
+        if f.is_dir():
+            raise InputFileError(f"{f}: is a folder, not a file; give a file path for the output")
+    if files:
+        return [out / n for n in files]
     tables = [out / w for w in stage.writes if w in TABLES]
     for t in tables:
         refuse_links(t, out)  # ``out`` itself may be a link: the folder the user gave
@@ -370,16 +327,17 @@ def _drive_once(stage: Stage, plan: Plan, runner: Runner) -> dict:
 def run_in_folder(stage: str, section: Any, inputs: Catalog, out: str | Path | None, *,
                   log: Callable[[str], None] = _print, label: str = "", extra: dict | None = None,
                   on_row: Callable[[dict], None] | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> dict:
+                  progress: Callable[[int, int], None] | None = None, files: tuple[str, ...] = ()) -> dict:
     """A ``macco`` verb's run of ``stage`` into ``out`` (the folder it was given): the same record's work and input
-    checks as the flow, its outputs checked and locked first (a second writer of one of its tables fails at once;
-    the shared errors table is written under its own lock), no key, no cache. Returns the record's manifest fields."""
+    checks as the flow, its outputs checked and locked first (a second writer of one of its tables, or of one of
+    the ``files`` the verb names in ``out``, fails at once; the shared errors table is written under its own lock),
+    no key, no cache. Returns the record's manifest fields."""
     record = BY_NAME[stage]
     if out is None:  # a stage that writes nothing for a verb (validate prints its checks)
         return record.run(Call(section, inputs, Path(), "", log=log, on_row=on_row, progress=progress, label=label,
                                extra=extra or {}))
-    out = Path(out)
-    targets = check_outputs(record, out)
+    out = Path(out) if Path(out).name else Path(out).absolute()  # "." has no name to put a lock file beside
+    targets = check_outputs(record, out, files)
     made = [d for d in dict.fromkeys(lock_file(t, "output").parent for t in targets) if not d.exists()]
     try:
         with ExitStack() as stack:  # each lock file beside what it locks: the folder, or each table in it

@@ -181,13 +181,16 @@ def _captions_options() -> tuple[str, ...]:
     return tuple(f.name for f in fields(CaptionsConfig) if f.name not in ("source", "root", "path"))
 
 
-def _read_parse_input(args):
-    """The captions ``macco parse`` reads, as a ``CaptionRead``; a file's rows (with sizes from ``--images``) are
-    written as OUT/captions, its bad items are kept for the errors table. None (after one line on stderr) for
-    options that do not apply."""
-    from data_schemas import TABLES, write_table
-    from pipeline.captions import CaptionRead, read_caption_file, split_of
-    from pipeline.captions_stage import read_caption_input
+def _parse_captions(args, out: Path) -> Path | None:
+    """The captions ``macco parse`` reads: a captions table as it is, or a file (COCO captions json, caption JSONL)
+    read by the captions stage's record (source ``caption-file``) into OUT/captions and its bad items into
+    OUT/errors, through the runner (``run_in_folder``: its output checks and locks, as ``macco captions``). None
+    (after one line on stderr) for options that do not apply."""
+    from data_schemas import TABLES, read_table
+    from flows.catalog import Catalog
+    from flows.runner import run_in_folder
+    from pipeline.captions import split_of
+    from pipeline.captions_stage import CaptionsConfig
 
     src = Path(args.captions)
     if src.is_dir():
@@ -195,28 +198,18 @@ def _read_parse_input(args):
             print(f"macco parse: {src} is a captions table (sizes and splits already set): --images and --split "
                   "apply to a captions file", file=sys.stderr)
             return None
-        return CaptionRead(rows=read_caption_input(src))
+        return src
     split, how = split_of(src, args.split)
-    read = read_caption_file(src, split=split, image_root=args.images)
-    write_table(TABLES["captions"], Path(args.out) / "captions", TABLES["captions"].from_rows(read.rows),
-                config={"input": str(src), "split": split, "images": str(args.images or "")},
-                extra={"summary": read.summary()})
+    cfg = CaptionsConfig(source="caption-file", path=str(src), split=split,
+                         image_root=str(args.images) if args.images is not None else None)
+    run_in_folder("captions", cfg, Catalog(), out, log=_quiet)
     print(f"split: {split} ({'--split' if how == 'given' else how})")
-    unsized = sum(1 for r in read.rows if r["width"] <= 0 or r["height"] <= 0)
+    sizes = read_table(TABLES["captions"], out / "captions", columns=["width", "height"]).to_pylist()
+    unsized = sum(1 for r in sizes if r["width"] <= 0 or r["height"] <= 0)
     if unsized:
-        print(f"image sizes: {unsized} of {len(read.rows)} captions have none (width/height 0; macco ground needs "
+        print(f"image sizes: {unsized} of {len(sizes)} captions have none (width/height 0; macco ground needs "
               "them): pass --images ROOT, with file_name in the JSONL")
-    return read
-
-
-def _add_input_errors(errors_dir: Path, rows: list[dict]) -> dict:
-    """The input file's bad items (stage ``captions``) into the errors table, replacing only that stage's rows."""
-    from data_schemas import TABLES, write_table
-    from pipeline.shards import only_stage
-
-    spec = TABLES["errors"]
-    return write_table(spec, errors_dir, spec.from_rows(rows), config={"input": "macco parse"},
-                       replaces=only_stage("captions"))
+    return out / "captions"
 
 
 def cmd_parse(args) -> int:
@@ -231,17 +224,14 @@ def cmd_parse(args) -> int:
     cfg = config_from_args(ParseConfig, args, PARSE_FLAGS, "macco parse")
     for stage in ("captions", "parse"):  # every table it writes checked before any (a file: OUT/captions first)
         check_outputs(BY_NAME[stage], out)
-    read = _read_parse_input(args)
-    if read is None:
+    captions = _parse_captions(args, out)
+    if captions is None:
         return 2
     src = Path(args.captions)
-    captions = src if src.is_dir() else out / "captions"
     found = discover_tables(src.parent) if cfg.parser == "official" else {}
     inputs = folder_catalog({"captions": captions, **({"official": found["official"]} if "official" in found else {})})
     with shard_bar("parse", "shards") as bar:
         manifests = run_in_folder("parse", cfg, inputs, out, log=_quiet, progress=bar)["outputs"]
-    if not src.is_dir():  # a file's own bad items (none: an earlier file's rows go)
-        manifests["errors"] = _add_input_errors(out / "errors", read.errors)
     _print_manifests(manifests)
     from pipeline.inspection import summarize
 

@@ -108,7 +108,7 @@ def cmd_train(args, extra=()) -> int:
 
 
 def cmd_eval(args) -> int:
-    from model.benchmarks import EvalConfig, evaluate
+    from model.benchmarks import EvalConfig
 
     if not args.checkpoint and not args.random_init and not args.model.startswith("local-dir:"):
         print(f"macco eval: no --checkpoint for {args.model}: that would evaluate a randomly initialised model; pass "
@@ -126,7 +126,7 @@ def cmd_eval(args) -> int:
             print("macco eval: --root goes with exactly one --benchmark (use --world for all)", file=sys.stderr)
             return 2
         roots[names[0]] = str(args.root)
-    out = _run_eval(args, roots, names, EvalConfig, evaluate)  # input errors: one line from main()
+    out = _run_eval(args, roots, names, EvalConfig)  # input errors: one line from main()
     for b, r in out["benchmarks"].items():
         for s, v in r["subsets"].items():
             acc = v.get("accuracy", v.get("top1", v.get("group")))
@@ -142,7 +142,7 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def _run_eval(args, roots: dict, names: list[str], EvalConfig, evaluate) -> dict:
+def _run_eval(args, roots: dict, names: list[str], EvalConfig) -> dict:
     from data_schemas import refuse_unreadable
     from data_schemas.config import from_dict
     from flows.runner import check_writable
@@ -167,7 +167,19 @@ def _run_eval(args, roots: dict, names: list[str], EvalConfig, evaluate) -> dict
                     checkpoint=args.checkpoint, roots=roots, order_image_roots=order_roots,
                     valse_image_roots=valse_roots,
                     winoground_clean_ids=str(args.winoground_clean_ids) if args.winoground_clean_ids else None)
-    out = evaluate(cfg, names, args.out, args.results_table, run=args.run, progress=sys.stderr.isatty())
+    # the evaluate stage's record through the runner: --out (a file) checked and locked first (a second writer of
+    # it fails at once); the history appended under its own lock
+    from flows.catalog import Catalog
+    from flows.runner import run_in_folder
+
+    out_file = Path(args.out) if args.out else None
+    m = run_in_folder("evaluate", None, Catalog(), out_file.parent if out_file else None, log=lambda line: None,
+                      label=args.run or "", files=(out_file.name,) if out_file else (),
+                      extra={"run": {"arch": cfg.model, "export_pt": cfg.checkpoint}, "eval_config": cfg,
+                             "names": names, "results_file": out_file.name if out_file else None,
+                             "history": str(args.results_table) if args.results_table else None,
+                             "trigger": "macco eval", "progress": sys.stderr.isatty()})
+    out = m["evaluation"]
     if args.results_table is not None:  # a macco.duckdb beside the history shows the new rows
         from pipeline.inspection import refresh_duckdb
 

@@ -213,9 +213,10 @@ def cmd_agreement(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from flows.catalog import Catalog
+    from flows.runner import run_in_folder
     from model.benchmarks.registry import REPORT_ROWS
-    from model.losses import REPORT_TERMS
-    from pipeline.report import DEFAULT_CONTROL, load_results, write_report
+    from pipeline.report import DEFAULT_CONTROL, load_results
     from pipeline.report_history import history_results, picks_note, unpaired
 
     if args.out.exists() and not args.out.is_dir():
@@ -237,8 +238,9 @@ def cmd_report(args) -> int:
     for label in unpaired(results, control) if args.history is not None else []:
         print(f"macco report: {label} shares no seed with {control} (seeds from the run names, NAME-s<seed>): "
               "no paired test", file=sys.stderr)
-    rep = write_report(results, args.out, args.title, note, control=control, rows=REPORT_ROWS,
-                       terms=REPORT_TERMS)
+    # the report stage's record through the runner: --out checked and locked (a second writer fails at once)
+    rep = run_in_folder("report", None, Catalog(), args.out, log=lambda line: None,
+                        extra={"results": results, "title": args.title, "note": note, "control": control})
     print(rep["table"])
     print(f"\nwrote {rep['markdown']}  {rep['png']}")
     return 0

@@ -338,6 +338,14 @@ def resolve_export_arch(cfg: TrainConfig) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    """The DDP entry (``torchrun ... -m model.train --config FILE``; alone, one process). Rank 0 holds the runner's
+    lock on ``out_dir`` (``data_schemas.locks.output_lock``, the lock ``macco train`` and the flow take) for the
+    whole run, taken before the process group forms: a second training into the folder, by either entry, fails at
+    once naming the holder, and the other ranks write nothing before rank 0 joins them (refused, it never does,
+    and torchrun stops them)."""
+    from data_schemas import lock_file
+    from data_schemas.locks import output_lock
+
     ap = argparse.ArgumentParser(prog="macco train", description="train MACCO / CLIP-FT on the mask tables")
     ap.add_argument("--config", help="YAML/JSON file with the train settings (a top-level 'train:' key is allowed)")
     args, overrides = ap.parse_known_args(argv)
@@ -345,8 +353,18 @@ def main(argv: list[str] | None = None) -> dict:
     from .runtime import apply_process_settings
 
     apply_process_settings(cfg.cpu_keep_freed_memory, cfg.device)  # the launcher's process-wide settings
-    return train(cfg, progress_printer(cfg), note_printer)
+    if _dist_env()[0] != 0:
+        return train(cfg, progress_printer(cfg), note_printer)
+    out = Path(cfg.out_dir)
+    with output_lock(lock_file(out, "output"), out):
+        return train(cfg, progress_printer(cfg), note_printer)
 
 
 if __name__ == "__main__":
-    main()
+    from data_schemas import InputFileError
+
+    try:
+        main()
+    except (InputFileError, ConfigError) as exc:  # the user's input (a held lock among them): one line, exit 2
+        print(f"model.train: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -25,9 +25,13 @@ class CaptionsConfig:
     splits: tuple[str, ...] = ("train", "val", "test")  # coco: which captions files
     karpathy: str | None = None  # coco: optional dataset_coco.json; then caption ids/splits come from it
     karpathy_splits: tuple[str, ...] = ("train", "restval", "val", "test")
-    path: str | list[str] | None = None  # csv / folder: the file; webdataset: shard paths or brace patterns
-    image_root: str | None = None  # csv / folder: the images' folder (default: the file's folder)
-    split: str = "train"  # csv / folder / webdataset: the split of every row (csv: unless csv_split_key)
+    path: str | list[str] | None = None  # csv / folder / caption-file: the file; webdataset: shard paths or patterns
+    # csv / folder: the images' folder (default: the file's folder); caption-file: the folder its file_name values
+    # are relative to (a JSONL's sizes read from the images, a COCO json's missing images errors; none: neither)
+    image_root: str | None = None
+    # csv / folder / webdataset / caption-file: the split of every row (csv: unless csv_split_key; a JSONL line's own
+    # split is kept)
+    split: str = "train"
     csv_img_key: str = "filepath"  # open_clip's --csv-img-key
     csv_caption_key: str = "title"  # open_clip's --csv-caption-key
     csv_separator: str = "\t"  # open_clip's --csv-separator
@@ -122,6 +126,12 @@ def _read_macco_tsv(cfg: CaptionsConfig, out: Path):
     return read
 
 
+def _read_caption_file(cfg: CaptionsConfig, out: Path):
+    from pipeline.captions import read_caption_file
+
+    return read_caption_file(cfg.path, split=cfg.split, image_root=cfg.image_root)
+
+
 def _file_images(cfg: CaptionsConfig, out: Path) -> str:
     return str(Path(cfg.image_root or Path(cfg.path).parent).resolve())
 
@@ -133,6 +143,7 @@ SOURCES: dict[str, SourceKind] = {s.name: s for s in (
     SourceKind("webdataset", "path", _read_webdataset, lambda cfg, out: str((Path(out) / "images").resolve()),
                _webdataset_fingerprint),
     SourceKind("macco-tsv", "path", _read_macco_tsv, _file_images, _file_fingerprint),
+    SourceKind("caption-file", "path", _read_caption_file, _file_images, _file_fingerprint),  # macco parse FILE's
 )}
 
 

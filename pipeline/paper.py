@@ -338,3 +338,29 @@ def paper_section(by_protocol: dict[str | None, dict[str, list[dict]]], rows: di
             data["registered"][p or "default"] = bar
             lines += [*bar_lines(bar, p), ""]
     return lines, data
+
+
+def paper_report(by_protocol: dict, out: Path, title: str, note: str, *, control: str, untested: tuple,
+                 paper, rows, terms) -> dict:
+    """One report per protocol (``<out>/<protocol>/``), and ``results.md`` / ``paper.json`` on top: the paper's
+    tables beside ours (with ``paper``: ``paper_section``), the registered bar, then each protocol's table.
+    ``rows`` / ``terms``: the report's rows and the loss terms' labels (handed in: pipeline imports no model)."""
+    from data_schemas import replace_file
+    from pipeline.report import write_report
+
+    parts = {p: write_report(res, out / (p or "report"), f"{title} (protocol {p or 'as configured'})", note,
+                             control=control, untested=untested, rows=rows, terms=terms)
+             for p, res in by_protocol.items()}
+    lines = [f"# {title}", "", note, ""]
+    data: dict = {}
+    if paper:
+        section, data = paper_section(by_protocol, paper, control)
+        lines += section
+    for p, rep in parts.items():
+        lines += [f"## Protocol {p or 'as configured'} ({Path(rep['markdown']).relative_to(out)})", "",
+                  *rep["table"].splitlines()[2:], ""]
+    md = out / "results.md"
+    replace_file(md, lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
+    replace_file(out / "paper.json", lambda tmp: tmp.write_text(json.dumps(data, indent=2)))
+    return {"markdown": str(md), "png": next(iter(parts.values()))["png"] if parts else None,
+            "table": "\n".join(lines)}

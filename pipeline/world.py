@@ -20,6 +20,7 @@ import random
 import textwrap
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Mapping
 
 from PIL import Image, ImageDraw
 
@@ -204,8 +205,13 @@ def split_counts(cfg: WorldConfig) -> dict[str, int]:
     return {"train": cfg.images, "val": n_eval, "test": n_eval}
 
 
-def generate_world(out: str | Path, cfg: WorldConfig) -> dict:
-    """Write the world under ``out``; returns a summary (images and captions per split, files)."""
+def generate_world(out: str | Path, cfg: WorldConfig, sets: Mapping[str, str] | None = None) -> dict:
+    """Write the world under ``out``; returns a summary (images and captions per split, files). With
+    ``cfg.benchmarks`` its benchmark sets too: ``sets`` (benchmark -> set: the registry's ``world_sets()``, which the
+    world stage's record hands here) is then required."""
+    if cfg.benchmarks and sets is None:
+        raise ValueError("generate_world: benchmarks=True needs the sets to write (benchmark -> set name: "
+                         "model.benchmarks.registry.world_sets())")
     out = Path(out)
     rng = random.Random(cfg.seed)
     categories = [{"id": i + 1, "name": k, "supercategory": "shape"} for i, k in enumerate(KINDS)]
@@ -264,7 +270,7 @@ def generate_world(out: str | Path, cfg: WorldConfig) -> dict:
                                      "relation_words": {r: w[0] for r, w in RELATION_WORDS.items()},
                                      "sizes": list(SIZES), "relations": list(RELATIONS)})
     if cfg.benchmarks:
-        summary["benchmarks"] = write_benchmarks(out, seed=cfg.seed)["counts"]
+        summary["benchmarks"] = write_benchmarks(out, sets, seed=cfg.seed)["counts"]
     return summary
 
 

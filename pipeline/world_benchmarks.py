@@ -3,6 +3,10 @@ so evaluation on the world goes through the same readers as the real benchmarks.
 
 Every negative is checked against the scene: it must be false of the image (e.g. a swapped relation, a
 colour that no shape of that kind has, an absent object).
+
+Which benchmark reads which set is declared on its record (``model.benchmarks.registry``: ``world``, read by
+``world_sets``) and handed to ``write_benchmarks`` (pipeline imports no model); here each set's writer is
+registered under its name (``WRITERS``), nothing else lists the benchmarks.
 """
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Mapping
 
 from pipeline.world_scene import COLOURS, KINDS, RELATIONS, Scene, Shape, load_scenes
 
@@ -62,25 +67,39 @@ class _WorldSets:
     counts: dict = field(default_factory=dict)
 
 
-def write_benchmarks(world: str | Path, out: str | Path | None = None, seed: int = 0) -> dict:
-    """Write ``<out>/{aro,sugarcrepe,vl-checklist,valse,whatsup}`` (default ``<world>/benchmarks``)."""
+WRITERS: dict[str, Callable[[_WorldSets, Path], None]] = {}  # set name -> its writer (``writes``)
+
+
+def writes(name: str) -> Callable:
+    """Registers the decorated function as the writer of the world's set ``name`` (``<out>/<name>/``)."""
+    def register(fn: Callable[[_WorldSets, Path], None]) -> Callable[[_WorldSets, Path], None]:
+        WRITERS[name] = fn
+        return fn
+    return register
+
+
+def write_benchmarks(world: str | Path, sets: Mapping[str, str], out: str | Path | None = None,
+                     seed: int = 0) -> dict:
+    """Write the sets of ``sets`` (benchmark -> set name: the registry's ``world_sets()``) under ``out`` (default
+    ``<world>/benchmarks``), each set's writer once, in the order the sets first appear (the seeded generator is
+    drawn from in that order), and ``benchmarks.json`` (each benchmark's root, the case counts, the seed)."""
+    unknown = sorted(set(sets.values()) - set(WRITERS))
+    if unknown:
+        raise ValueError(f"no writer for the world's benchmark set(s) {unknown} in pipeline/world_benchmarks.py "
+                         f"(its sets: {sorted(WRITERS)})")
     world = Path(world)
     out = Path(out) if out else world / "benchmarks"
     meta = json.loads((world / "scenes_test.json").read_text())
     w = _WorldSets(world, load_scenes(world, "test"), {m["image_id"]: m["file_name"] for m in meta},
                    json.loads((world / "world.json").read_text())["config"]["size"], random.Random(seed))
-    _aro(w, out / "aro")
-    _sugarcrepe(w, out / "sugarcrepe")
-    _vlchecklist(w, out / "vl-checklist")
-    _valse(w, out / "valse")
-    _whatsup(w, out / "whatsup")
-    counts = w.counts
-    rel = {"aro-vgr": "aro", "aro-vga": "aro", "coco-order": "aro", "sugarcrepe": "sugarcrepe",
-           "vl-checklist": "vl-checklist", "valse": "valse", "whatsup": "whatsup"}
-    _dump(out / "benchmarks.json", {"roots": rel, "counts": counts, "seed": seed})  # roots relative to this file
-    return {"roots": {k: str(out / v) for k, v in rel.items()}, "counts": counts}
+    for name in dict.fromkeys(sets.values()):
+        WRITERS[name](w, out / name)
+    rel = dict(sets)
+    _dump(out / "benchmarks.json", {"roots": rel, "counts": w.counts, "seed": seed})  # roots relative to this file
+    return {"roots": {k: str(out / v) for k, v in rel.items()}, "counts": w.counts}
 
 
+@writes("aro")
 def _aro(w: _WorldSets, out: Path) -> None:
     """ARO: VG-Relation / VG-Attribution (+ images/), COCO-Order from a Karpathy-style test json."""
     world, scenes, files, size, counts = w.world, w.scenes, w.files, w.size, w.counts
@@ -117,6 +136,7 @@ def _aro(w: _WorldSets, out: Path) -> None:
     counts.update({"aro-vgr": len(vgr), "aro-vga": len(vga), "coco-order": len(caps)})
 
 
+@writes("sugarcrepe")
 def _sugarcrepe(w: _WorldSets, out: Path) -> None:
     """SugarCrepe: the seven subsets, {id: {filename, caption, negative_caption}} + val2017/."""
     world, scenes, files, counts, rng = w.world, w.scenes, w.files, w.counts, w.rng
@@ -157,6 +177,7 @@ def _sugarcrepe(w: _WorldSets, out: Path) -> None:
         counts[f"sugarcrepe/{k}"] = len(v)
 
 
+@writes("vl-checklist")
 def _vlchecklist(w: _WorldSets, out: Path) -> None:
     """VL-CheckList: data/ + corpus/ as released, images under vg/."""
     world, scenes, files, counts, rng = w.world, w.scenes, w.files, w.counts, w.rng
@@ -193,6 +214,7 @@ def _vlchecklist(w: _WorldSets, out: Path) -> None:
         counts[f"vl-checklist/{rel}"] = len(recs)
 
 
+@writes("valse")
 def _valse(w: _WorldSets, out: Path) -> None:
     """VALSE: data/<piece>.json as released (dict by id), images/<dataset>/."""
     world, scenes, files, counts, rng = w.world, w.scenes, w.files, w.counts, w.rng
@@ -223,6 +245,7 @@ def _valse(w: _WorldSets, out: Path) -> None:
         counts[f"valse/{k}"] = len(v)
 
 
+@writes("whatsup")
 def _whatsup(w: _WorldSets, out: Path) -> None:
     """What's Up, Controlled: {image_path: "data/...", caption_options: [true, 3 wrong]}."""
     world, scenes, files, counts, rng = w.world, w.scenes, w.files, w.counts, w.rng

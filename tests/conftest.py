@@ -48,10 +48,11 @@ def _prefect_console_on_a_live_stream():
 @pytest.fixture(scope="session")
 def world(tmp_path_factory):
     """A small synthetic world shared by the session (read-only for tests)."""
+    from model.benchmarks.registry import world_sets
     from pipeline.world import WorldConfig, generate_world
 
     root = tmp_path_factory.mktemp("world")
-    generate_world(root, WorldConfig(seed=7, images=40, size=64))
+    generate_world(root, WorldConfig(seed=7, images=40, size=64), world_sets())
     return root
 
 

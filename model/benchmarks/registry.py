@@ -48,6 +48,9 @@ class Benchmark:
     check: Callable | None = None  # (mod, root, cfg) -> [exceptions the run would raise]; it may raise one
     # its rows of the report's table: (group key, label, chance accuracy), in the paper's order (``REPORT_ROWS``)
     rows: tuple[tuple[str, str, float], ...] = ()
+    # its set in the synthetic world: the folder under ``<world>/benchmarks/`` that the writer of that name in
+    # ``pipeline.world_benchmarks`` fills (``world_sets``); None: the world has no set for it
+    world: str | None = None
 
     def code(self):
         """The benchmark's code module."""
@@ -132,7 +135,7 @@ def _vg_check(kind: str) -> Callable:
     return check
 
 
-def _order(name: str, help: str, label: str) -> Benchmark:
+def _order(name: str, help: str, label: str, world: str | None = None) -> Benchmark:
     def image_root(root: Path, cfg) -> Path:
         return order_image_root(name, root, cfg.protocol, cfg.order_image_roots)
 
@@ -147,7 +150,7 @@ def _order(name: str, help: str, label: str) -> Benchmark:
         settings=lambda mod, root, cfg: {"seed": cfg.seed, "image_root": str(image_root(root, cfg))},
         groups=lambda mod, cases, scores, res, cfg: ({"precision_at_1": res[name].accuracy}, {}),
         report_groups=lambda mod, case, cfg, excluded, counts: ["precision_at_1"], check=check,
-        rows=(("precision_at_1", label, 0.2),))  # 1 of 5 orders
+        rows=(("precision_at_1", label, 0.2),), world=world)  # 1 of 5 orders
 
 
 def _sugarcrepe_check(mod, root: Path, cfg) -> list[Exception]:
@@ -297,14 +300,14 @@ _RECORDS = (
               groups=_vgr_groups,
               report_groups=lambda mod, case, cfg, excluded, counts: [] if case.group in excluded else ["macro"],
               report_context=lambda mod, cases, scores, cfg: {"excluded": mod.excluded_relations(cfg.aro_exclusion)},
-              rows=(("macro", "ARO VG-Relation (macro)", 0.5),)),
+              rows=(("macro", "ARO VG-Relation (macro)", 0.5),), world="aro"),
     Benchmark("aro-vga", "aro", "visual_genome_attribution.json + images/", check=_vg_check("attribution"),
               load=lambda mod, root, cfg: mod.load_vg(root, "attribution"),
               groups=lambda mod, cases, scores, res, cfg: (mod.vga_groups(cases, scores, cfg.vga_min_count), {}),
               report_groups=lambda mod, case, cfg, excluded, counts: (
                   ["macro"] if (counts or {}).get(case.group, 0) >= cfg.vga_min_count else []),
-              report_context=_vga_counts, rows=(("macro", "ARO VG-Attribution (macro)", 0.5),)),
-    _order("coco-order", "coco_karpathy_test.json", "ARO COCO-Order (P@1)"),
+              report_context=_vga_counts, rows=(("macro", "ARO VG-Attribution (macro)", 0.5),), world="aro"),
+    _order("coco-order", "coco_karpathy_test.json", "ARO COCO-Order (P@1)", world="aro"),
     _order("flickr-order", "flickr30k_test.json", "ARO Flickr-Order (P@1)"),
     Benchmark("sugarcrepe", "sugarcrepe", "the seven subset JSONs + val2017/", check=_sugarcrepe_check,
               load=lambda mod, root, cfg: mod.load(root, allow_missing=True),  # a missing file: the group check
@@ -312,7 +315,8 @@ _RECORDS = (
               groups=lambda mod, cases, scores, res, cfg: (mod.groups(res), {}),
               report_groups=lambda mod, case, cfg, excluded, counts: [
                   g for g, subs in mod.GROUPS.items() if case.subset in subs],
-              rows=tuple((g, f"SugarCrepe {g}", 0.5) for g in ("attribute", "relation", "object"))),
+              rows=tuple((g, f"SugarCrepe {g}", 0.5) for g in ("attribute", "relation", "object")),
+              world="sugarcrepe"),
     Benchmark("vl-checklist", "vlchecklist", "data/ + corpus/ + images, or MACCO's re-packed layout",
               load=lambda mod, root, cfg: mod.load(root, cfg.vlc_mode, cfg.vlc_max_num),
               expected=lambda mod, root: mod.expected_for(root),
@@ -321,21 +325,22 @@ _RECORDS = (
                                                "layout": mod.layout_of(root)},
               groups=lambda mod, cases, scores, res, cfg: (mod.groups(cases, res, cfg.vlc_mode), {}),
               report_groups=_vlc_report_groups, check=_vlc_check,
-              rows=tuple((g, f"VL-CheckList {g}", 0.5) for g in ("attribute", "relation", "object"))),
+              rows=tuple((g, f"VL-CheckList {g}", 0.5) for g in ("attribute", "relation", "object")),
+              world="vl-checklist"),
     Benchmark("valse", "valse", "data/<piece>.json + images/<dataset>/, or MACCO's probing_data/<piece>.json",
               load=lambda mod, root, cfg: mod.load(root, cfg.valse_image_roots, cfg.valse_valid_only),
               expected=_group_files,
               settings=_valse_settings,
               groups=lambda mod, cases, scores, res, cfg: (mod.groups(res), {}),
               report_groups=lambda mod, case, cfg, excluded, counts: ["avg"], check=_valse_check,
-              rows=(("avg", "VALSE avg", 0.5),)),
+              rows=(("avg", "VALSE avg", 0.5),), world="valse"),
     Benchmark("whatsup", "whatsup", "the Controlled / QA JSONs + images",
               load=lambda mod, root, cfg: mod.load(root),
               expected=_group_files,
               groups=_whatsup_groups, check=_whatsup_check,
               report_groups=lambda mod, case, cfg, excluded, counts: (
                   ["whatsup_macro"] if case.subset in mod.CONTROLLED else []),
-              rows=(("whatsup_macro", "What's Up controlled", 0.25),)),  # 1 of 4 spatial words
+              rows=(("whatsup_macro", "What's Up controlled", 0.25),), world="whatsup"),  # 1 of 4 spatial words
     Benchmark("winoground", "winoground", "examples.jsonl + images/", run=_winoground, check=_winoground_check),
     Benchmark("zeroshot", "zeroshot", "ImageFolder (--zeroshot-dataset: its template set)", run=_zeroshot,
               check=_folder_check),
@@ -352,6 +357,12 @@ BENCHMARKS = tuple(REGISTRY)  # the names, in the order ``all`` runs them
 # the report's rows (benchmark, group key, label, chance accuracy) in the registry's order, the paper's; the report
 # stage and ``macco report`` hand them to ``pipeline.report`` (which imports no model)
 REPORT_ROWS: tuple[tuple[str, str, str, float], ...] = tuple((b.name, *row) for b in _RECORDS for row in b.rows)
+
+
+def world_sets() -> dict[str, str]:
+    """{benchmark: its set in the synthetic world} in the registry's order: what the world stage has
+    ``pipeline.world_benchmarks.write_benchmarks`` write (pipeline imports no model: the record hands it)."""
+    return {b.name: b.world for b in _RECORDS if b.world}
 
 
 SUITES = ("zeroshot", "linear-probe")  # one dataset a root: ``zeroshot/<dataset>``, ``linear-probe/<dataset>``

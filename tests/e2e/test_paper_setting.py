@@ -177,10 +177,11 @@ def same(loaded, given) -> bool:
 
 def test_the_paper_config_runs_through_the_flow(tmp_path):
     from flows.config import load_config, plain
+    from model.benchmarks.registry import world_sets
     from pipeline.world import WorldConfig, generate_world
 
     coco = tmp_path / "coco"  # COCO 2014's layout: annotations/{captions,instances}_*2014.json, images, Karpathy file
-    generate_world(coco, WorldConfig(seed=3, images=24, size=64, eval_fraction=0.3))
+    generate_world(coco, WorldConfig(seed=3, images=24, size=64, eval_fraction=0.3), world_sets())
     shipped = yaml.safe_load(CONFIG.read_text())
     subs = substitutions(coco, shipped)
     cfg = substitute(shipped, subs)
@@ -259,6 +260,7 @@ def paper_fixtures(tmp_path: Path) -> dict[str, str]:
     Karpathy-style test file under Flickr's name), SentEval's SICK files and probing files."""
     import shutil
 
+    from model.benchmarks.registry import world_sets
     from pipeline.world import WorldConfig, generate_world
     from pipeline.world_benchmarks import benchmark_roots
     from unit.test_linear_probe import _image_folder
@@ -266,7 +268,7 @@ def paper_fixtures(tmp_path: Path) -> dict[str, str]:
     from unit.test_sts import _senteval_sick
 
     world = tmp_path / "world"
-    generate_world(world, WorldConfig(seed=5, images=24, size=64, eval_fraction=0.3))
+    generate_world(world, WorldConfig(seed=5, images=24, size=64, eval_fraction=0.3), world_sets())
     roots = benchmark_roots(world)
     order = Path(roots["coco-order"])
     flickr = tmp_path / "flickr"

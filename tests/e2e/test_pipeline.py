@@ -206,13 +206,14 @@ def test_every_mode_on_siglip_through_the_flow(harness, tmp_path):
     file is a new parse (and train) key, never a cache hit."""
     import yaml
 
+    from model.benchmarks.registry import world_sets
     from model.factory import CONFIG_DIR
     from pipeline.world import WorldConfig, generate_world
     from pipeline.siglip_folder import build_siglip_folder
     from tests_support import run_flow_states
 
     world_cfg = {"seed": 3, "images": 30, "size": 32, "eval_fraction": 0.3}
-    generate_world(tmp_path / "w", WorldConfig(**world_cfg))  # the same world the flow makes: its captions
+    generate_world(tmp_path / "w", WorldConfig(**world_cfg), world_sets())  # the same world the flow makes: its captions
     coco = json.loads((tmp_path / "w" / "annotations" / "captions_train2014.json").read_text())
     folder = build_siglip_folder([a["caption"] for a in coco["annotations"]], tmp_path / "siglip",
                                  json.loads((CONFIG_DIR / "macco-siglip-tiny.json").read_text()), context_length=32,

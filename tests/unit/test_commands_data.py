@@ -31,3 +31,28 @@ def test_a_verbs_tables_are_its_records_reads(tmp_path):
     assert set(stage_tables("ground", tmp_path)) == {"captions", "scene_graphs", "official"}
     with pytest.raises(TableError, match=r"official: no complete table captions under it"):
         stage_tables("masks", tmp_path / "official")
+
+
+def test_parse_file_writes_its_captions_through_the_runner(tmp_path, capsys):
+    """``macco parse FILE`` reads the file with the captions stage's record through ``run_in_folder``: OUT/captions
+    is locked while it is written (another writer holding it: one line, exit 2, nothing written), and the file's bad
+    lines are the captions stage's error rows."""
+    import json
+
+    from data_schemas import lock_file
+    from data_schemas.locks import output_lock
+    from tests_support import one_line_error
+
+    src, out = tmp_path / "c.jsonl", tmp_path / "P"
+    src.write_text("\n".join(json.dumps(r) for r in ({"id": 1, "image_id": 1, "caption": "a red circle left of a "
+                                                                                         "blue square"},
+                                                       {"id": 2, "image_id": 1, "caption": ""})) + "\n")
+    with output_lock(lock_file(out / "captions", "output"), out / "captions"):
+        assert main(["parse", str(src), "--out", str(out), "--model", "macco-micro"]) == 2
+    assert f"{out / 'captions'}: another macco process is writing it" in one_line_error(capsys, "parse")
+    assert not (out / "captions").exists() and not (out / "scene_graphs").exists()
+    assert main(["parse", str(src), "--out", str(out), "--model", "macco-micro"]) == 0
+    assert [r["caption_id"] for r in read_table(TABLES["captions"], out / "captions").to_pylist()] == [1]
+    errs = read_table(TABLES["errors"], out / "errors").to_pylist()
+    assert [(e["stage"], e["item_id"]) for e in errs if e["stage"] == "captions"] == [("captions", "2")]
+    assert json.loads((out / "captions" / "manifest.json").read_text())["config"]["source"] == "caption-file"

@@ -214,3 +214,24 @@ def test_macco_s_gain_over_a_method_is_a_paired_test_over_the_same_cases_holm_ov
     assert "| VL-CheckList-Relation | +10.0 ± 0.0 ▲ | +3.1 |" in md and "| ARO-Relation | +0.0 ± 0.0 | - |" in md
     assert "after Holm's correction over the columns tested for that pair (ARO-Relation, ARO-Attribute, " \
            "VL-CheckList-Relation" in md
+
+
+def test_one_report_per_protocol_under_a_top_results_md(tmp_path):
+    """``paper_report`` (the report stage with several protocols): each protocol's report in its folder, their
+    tables in the top results.md, paper.json empty without ``evaluate.paper``."""
+    import json
+    from pathlib import Path
+
+    from model.benchmarks.registry import REPORT_ROWS
+    from model.losses import REPORT_TERMS
+    from pipeline.paper import paper_report
+
+    res = {"benchmarks": {"sugarcrepe": {"subsets": {"replace_rel": {"n": 10, "accuracy": 0.6}},
+                                         "groups": {"relation": 0.6}}}}
+    rep = paper_report({"authors": {"macco": [res]}, "macco": {"macco": [res]}}, tmp_path, "T", "a note",
+                       control="macco", untested=(), paper=None, rows=REPORT_ROWS, terms=REPORT_TERMS)
+    md = (tmp_path / "results.md").read_text()
+    assert md.startswith("# T\n\na note\n") and rep["markdown"] == str(tmp_path / "results.md")
+    assert "## Protocol authors (authors/results.md)" in md and "## Protocol macco (macco/results.md)" in md
+    assert "SugarCrepe relation" in md and Path(rep["png"]).is_file()
+    assert json.loads((tmp_path / "paper.json").read_text()) == {}

@@ -18,3 +18,22 @@ def test_annotations_backend_on_captions_that_are_not_coco_refuses(world, tmp_pa
     assert main(["ground", str(tmp_path / "T"), "--images", str(tmp_path), "--instances", str(world)]) == 2
     assert "annotations backend reads COCO instance boxes" in one_line_error(capsys, "ground")
     assert not (tmp_path / "T" / "ground").exists()
+
+
+def test_the_world_stage_hands_and_keys_the_registrys_world_sets(monkeypatch):
+    """The world's benchmark sets are the registry's declaration (``world_sets``): the world stage's record hands
+    them to the generator and keys the world on them (one more benchmark given a set is a new world)."""
+    import dataclasses
+
+    from flows.registry import BY_NAME
+    from flows.stage import stage_key
+    from model.benchmarks import registry
+    from pipeline.world import WorldConfig
+
+    world, cfg = BY_NAME["world"], WorldConfig()
+    assert world.extras(cfg) == [registry.world_sets()]
+    assert world.extras(dataclasses.replace(cfg, benchmarks=False)) == [None]
+    key = stage_key(world, [], cfg)
+    declared = registry.world_sets()
+    monkeypatch.setattr(registry, "world_sets", lambda: {**declared, "flickr-order": "aro"})
+    assert stage_key(world, [], cfg) != key

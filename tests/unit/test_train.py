@@ -621,3 +621,47 @@ def test_accumulated_micro_batches_all_reduce_once_and_equal_one_process(tmp_pat
     for k, g in ds.grads(task).items():
         scale = g.abs().max().item() + 1e-12
         assert torch.allclose(got[2]["grads"][k], g, rtol=1e-4, atol=1e-5 * scale), k
+
+
+def test_the_ddp_entry_and_macco_train_refuse_each_other_on_one_out_dir(tmp_path, monkeypatch, capsys):
+    """``torchrun -m model.train`` (``main``): rank 0 holds the runner's lock on ``out_dir`` for the whole run, so a
+    ``macco train`` into that folder meanwhile is refused in one line, as a second ``macco train`` is."""
+    import model.train as mt
+    from macco.cli import main as cli
+    from tests_support import one_line_error
+
+    out, seen = tmp_path / "run", {}
+
+    def meanwhile(cfg, *args):
+        seen["code"] = cli(["train", "arch=macco-micro", f"out_dir={out}"])
+        seen["err"] = one_line_error(capsys, "train")
+        return {}
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(mt, "train", meanwhile)
+    assert mt.main(["arch=macco-micro", f"out_dir={out}"]) == {}
+    assert seen["code"] == 2 and f"{out}: another macco process is writing it (pid " in seen["err"]
+
+
+def test_the_ddp_entry_under_a_held_lock_refuses_on_rank_0_only(tmp_path, monkeypatch):
+    """A second ``torchrun -m model.train`` into a folder being written: its rank 0 fails at once (exit 2, one line,
+    before any model or process group); a rank other than 0 takes no lock (rank 0 holds its run's)."""
+    import model.train as mt
+    from data_schemas import lock_file
+    from data_schemas.locks import StageLocked, output_lock
+
+    out, calls = tmp_path / "run", []
+    monkeypatch.setattr(mt, "train", lambda cfg, *a: calls.append(cfg.out_dir) or {})
+    with output_lock(lock_file(out, "output"), out):
+        monkeypatch.setenv("RANK", "0")
+        with pytest.raises(StageLocked, match="another macco process is writing it"):
+            mt.main(["arch=macco-micro", f"out_dir={out}"])
+        assert calls == []
+        monkeypatch.setenv("RANK", "1")
+        assert mt.main(["arch=macco-micro", f"out_dir={out}"]) == {} and calls == [str(out)]
+        monkeypatch.setenv("RANK", "0")
+        proc = subprocess.run([sys.executable, "-m", "model.train", "arch=macco-micro", f"out_dir={out}"],
+                              capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("model.train: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "another macco process is writing it" in proc.stderr and not out.exists()

@@ -2,6 +2,7 @@ import json
 
 from PIL import Image
 
+from model.benchmarks.registry import world_sets
 from pipeline.captions import read_coco_instances, read_karpathy, read_coco_root
 from pipeline.world import (COLOURS, KINDS, SIZES, WorldConfig, generate_world, load_scenes, preview,
                             relation_between)
@@ -16,9 +17,9 @@ def _digest(root):
 def test_same_seed_same_bytes_and_different_seed_differs(tmp_path):
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     cfg = WorldConfig(seed=11, images=12, size=48)
-    generate_world(a, cfg)
-    generate_world(b, cfg)
-    generate_world(c, WorldConfig(seed=12, images=12, size=48))
+    generate_world(a, cfg, world_sets())
+    generate_world(b, cfg, world_sets())
+    generate_world(c, WorldConfig(seed=12, images=12, size=48), world_sets())
     assert _digest(a) == _digest(b)
     assert _digest(a) != _digest(c)
 
@@ -82,3 +83,12 @@ def test_world_preview_shows_every_caption_whole_with_the_image_id():
     assert lines[0] == "image 17"
     joined = " ".join(ln.strip() for ln in lines[1:])
     assert joined == "- " + caps[0] + " - x" and all(len(ln) <= 30 for ln in lines)
+
+
+def test_benchmark_sets_asked_for_but_not_handed_are_refused_before_any_file(tmp_path):
+    """pipeline imports no model: the sets come from the registry through the caller (the world stage's record)."""
+    import pytest
+
+    with pytest.raises(ValueError, match="world_sets"):
+        generate_world(tmp_path / "w", WorldConfig(seed=1, images=4, size=32))
+    assert not (tmp_path / "w").exists()

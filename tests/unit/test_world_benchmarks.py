@@ -25,3 +25,30 @@ def test_every_synthetic_set_reads_back_with_its_counts(world):
     assert all(len(c.options) == 4 and c.true_index == 0 and "/controlled_images/" in c.image for c in wu)
     for c in sc + vc + va + wu + order:
         assert __import__("os").path.exists(c.image), c.image
+
+
+def test_the_world_writes_the_sets_its_benchmark_records_declare(world):
+    """Which benchmark reads which world set is its registry record's ``world``; the world's benchmarks.json is
+    that declaration (no second list in pipeline/), and every declared set has its writer."""
+    from model.benchmarks.registry import REGISTRY, world_sets
+    from pipeline.world_benchmarks import WRITERS
+
+    sets = world_sets()
+    assert sets == {b.name: b.world for b in REGISTRY.values() if b.world}
+    assert set(sets.values()) <= set(WRITERS)
+    assert json.loads((world / "benchmarks" / "benchmarks.json").read_text())["roots"] == sets
+
+
+def test_a_new_benchmark_with_a_world_set_needs_no_list_here(world, tmp_path):
+    """A benchmark the registry gives a set reaches the writer by that name; an unknown set is refused naming it."""
+    import pytest
+
+    from pipeline.world_benchmarks import write_benchmarks
+
+    out = write_benchmarks(world, {"my-spatial-bench": "whatsup"}, tmp_path / "b", seed=0)
+    assert out["roots"] == {"my-spatial-bench": str(tmp_path / "b" / "whatsup")}
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["benchmarks.json", "whatsup"]
+    assert len(whatsup.load(tmp_path / "b" / "whatsup")) == out["counts"]["whatsup/controlled_a"]
+    with pytest.raises(ValueError, match=r"\['no-such-set'\]"):
+        write_benchmarks(world, {"x": "no-such-set"}, tmp_path / "c")
+    assert not (tmp_path / "c").exists()
