@@ -38,6 +38,9 @@ class TrainConfig:
     mode: TrainMode = "macco"
     hardneg: bool = False  # one swapped caption per sample (model.data.swap_negative) for the other modes
     ce_threshold: Literal["mean", "max", "fixed"] = "mean"  # modes *ce-clip: the CMR threshold (model.hardneg)
+    # modes negclip / macco+negclip: NegCLIP's hard-negative images, each anchor's image neighbour (tables:
+    # image_neighbours) with a caption of it in the same batch, half the batch anchors (model.neighbour_batches)
+    neg_images: bool = False
     mca: bool = True  # masked samples as extra contrastive negatives (the ablation "macco without MCA": false)
     mir: bool = True  # the intra-modal masked-vs-full term (the ablation "macco without MIR": false)
     lock_image: bool = False  # freeze the image tower (LiT: the text tower learns against a locked image tower)
@@ -106,6 +109,9 @@ class TrainConfig:
                               f"{sorted(asdict(LossWeights()))}")
         if self.mode in HARDNEG_STYLES and self.hardneg:
             raise ConfigError(f"{SECTION} hardneg: mode {self.mode} makes its own hard negatives; set hardneg false")
+        if self.neg_images and (HARDNEG_STYLES.get(self.mode) != "negclip" or self.batch_size % 2):
+            raise ConfigError(f"{SECTION} neg_images: NegCLIP's neighbour images are for modes negclip and "
+                              f"macco+negclip with an even batch_size (mode {self.mode}, batch_size {self.batch_size})")
         if self.batch_size % self.accum_steps:
             raise ConfigError(f"{SECTION} accum_steps: {self.accum_steps} does not divide batch_size "
                               f"{self.batch_size} (micro-batches of equal size)")
