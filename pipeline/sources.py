@@ -30,7 +30,8 @@ from pipeline.captions import (STAGE, CaptionRead, InputFileError, NotUtf8, chec
 from pipeline.text_checks import caption_problem, shown, unicode_problem
 from pipeline.images import ImageSizes
 
-Source = Literal["coco", "csv", "folder", "webdataset", "macco-tsv"]  # macco-tsv: pipeline.macco_tsv
+# macco-tsv: pipeline.macco_tsv (MACCO's file); negclip-tsv: pipeline.negclip_tsv (NegCLIP's)
+Source = Literal["coco", "csv", "folder", "webdataset", "macco-tsv", "negclip-tsv"]
 SOURCES = get_args(Source)
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 
