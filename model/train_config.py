@@ -17,6 +17,9 @@ Mode = Literal["macco", "clip-ft", "text-only", "image-only", "negclip", "ce-cli
 TrainMode = Literal[Mode, "scene", "lm"]  # scene: model.scene (image tower); lm: model.lm (text tower)
 SECTION = "train config"
 HARDNEG_STYLES = {"negclip": "negclip", "ce-clip": "ce-clip", "macco+negclip": "negclip", "macco+ce-clip": "ce-clip"}
+# the tables a source may give beside the training tables (NegCLIP's file, pipeline.negclip_tsv): a run reads each
+# where its settings use it (given_tables)
+GIVEN_TABLES = ("negative_captions", "image_neighbours")
 
 
 @dataclass
@@ -117,6 +120,13 @@ class TrainConfig:
                               f"{self.batch_size} (micro-batches of equal size)")
         if self.crop_scale[0] > self.crop_scale[1]:
             raise ConfigError(f"{SECTION} crop_scale: {list(self.crop_scale)} (low > high)")
+
+
+def given_tables(cfg: TrainConfig) -> tuple[str, ...]:
+    """Of ``GIVEN_TABLES``, those a run of ``cfg`` trains on when its data has them: the file's negative captions
+    in modes negclip / macco+negclip, the neighbour images with ``neg_images``."""
+    return (*(("negative_captions",) if HARDNEG_STYLES.get(cfg.mode) == "negclip" else ()),
+            *(("image_neighbours",) if cfg.neg_images else ()))
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **kw) -> TrainConfig:
