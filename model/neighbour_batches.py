@@ -15,6 +15,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import torch
+
 from .data import EpochBatchSampler, _key_seed
 
 
@@ -47,13 +49,43 @@ def neighbour_candidates(samples: list, captions: list[dict], rows: list[dict]) 
     return out, {"anchors": len(samples), "with_neighbour": len(samples) - without, "without_neighbour": without}
 
 
-def load_candidates(tables: dict[str, Path], samples: list) -> tuple[list[list[list[int]]], dict]:
-    """``neighbour_candidates`` from a run's captions and image_neighbours tables."""
+def load_candidates(cfg, samples: list, device: str = "cpu") -> tuple[list[list[list[int]]], dict]:
+    """``neighbour_candidates`` of a run (``cfg``: its ``TrainConfig``) from its captions table and its neighbours:
+    ``tables.image_neighbours`` where given (NegCLIP's file, or a table the user computed), else ``run_neighbours``."""
     from data_schemas import TABLES, read_table
 
-    caps = read_table(TABLES["captions"], tables["captions"], columns=["caption_id", "image_id"]).to_pylist()
-    rows = read_table(TABLES["image_neighbours"], tables["image_neighbours"]).to_pylist()
+    caps = read_table(TABLES["captions"], cfg.tables["captions"]).to_pylist()
+    if "image_neighbours" in cfg.tables:
+        rows = read_table(TABLES["image_neighbours"], cfg.tables["image_neighbours"]).to_pylist()
+    else:
+        rows = run_neighbours(cfg, samples, caps, device)
     return neighbour_candidates(samples, caps, rows)
+
+
+def run_neighbours(cfg, samples: list, captions: list[dict], device: str = "cpu") -> list[dict]:
+    """The training images' neighbours by the run's starting weights (``arch`` + ``pretrained``: in the flow the
+    base's export), computed once and kept as ``<out_dir>/image_neighbours``, which a later start of the same run
+    (a resume) reads back when its manifest names the same data, weights and k."""
+    from data_schemas import TABLES, read_manifest, read_table
+    from data_schemas.provenance import file_sha256
+
+    from .factory import resolve_arch
+    from .neighbours import NeighboursConfig, image_neighbours, write_image_neighbours
+
+    ncfg = NeighboursConfig(arch=resolve_arch(cfg.arch, cfg.pretrained), pretrained=cfg.pretrained, split=None,
+                            device=device)
+    weights = file_sha256(cfg.pretrained) if cfg.pretrained and Path(cfg.pretrained).is_file() else cfg.pretrained
+    ident = {"arch": ncfg.arch, "weights": weights, "k": ncfg.k,
+             "captions": read_manifest(Path(cfg.tables["captions"]))["content_hash"],
+             "samples": len(samples)}
+    out = Path(cfg.out_dir) / "image_neighbours"
+    if (out / "manifest.json").is_file() and read_manifest(out).get("config") == ident:
+        return read_table(TABLES["image_neighbours"], out).to_pylist()
+    wanted = {s.caption_id for s in samples}
+    rows = image_neighbours(ncfg, [r for r in captions if r["caption_id"] in wanted], cfg.image_root)
+    if not (torch.distributed.is_initialized() and torch.distributed.get_rank() > 0):  # DDP: every rank computes
+        write_image_neighbours(rows, out, ident)  # the same rows (deterministic); one writes them
+    return rows
 
 
 class NeighbourBatchSampler(EpochBatchSampler):

@@ -24,7 +24,7 @@ class NeighboursConfig:
     arch: str = DEFAULT_ARCH
     pretrained: str | None = unkeyed(None)  # the base model's weights (open_clip tag or file; keyed by content)
     k: int = 3
-    split: str = "train"
+    split: str | None = "train"  # None: every row of the captions given
     batch_size: int = unkeyed(64)
     device: str = unkeyed("cpu")
 
@@ -73,10 +73,11 @@ def neighbour_rows(image_ids: list[int], order: torch.Tensor, sim: torch.Tensor)
 
 
 def split_images(captions: list[dict], split: str) -> tuple[list[int], list[str]]:
-    """(image ids, file names) of the split's images, in the order of each image's first caption row."""
+    """(image ids, file names) of the split's images (``None``: every row's), in the order of each image's first
+    caption row."""
     seen: dict[int, str] = {}
     for r in captions:
-        if r["split"] == split:
+        if split is None or r["split"] == split:
             seen.setdefault(r["image_id"], r["file_name"])
     return list(seen), list(seen.values())
 

@@ -101,8 +101,8 @@ def check_tables(cfg: TrainConfig) -> None:
     """The tables a run reads are given and are tables: one ``ConfigError`` naming what is missing."""
     needed = [*NEEDED_TABLES, *(("regions",) if cfg.mode in ("macco", "image-only", "macco+negclip",
                                                                "macco+ce-clip") else ()),
-              *(("scene_graphs",) if cfg.mode in HARDNEG_STYLES and "negative_captions" not in cfg.tables else ()),
-              *(("image_neighbours",) if cfg.neg_images else ())]  # the hard negatives are made from scene_graphs
+              # the hard negatives are made from it, unless the data gives them (negclip-tsv: negative_captions)
+              *(("scene_graphs",) if cfg.mode in HARDNEG_STYLES and "negative_captions" not in cfg.tables else ())]
     if "negative_captions" in cfg.tables and HARDNEG_STYLES.get(cfg.mode) != "negclip":
         raise ConfigError(f"train config tables: negative_captions (a file's NegCLIP negatives) train modes negclip "
                           f"and macco+negclip; mode {cfg.mode} makes its own or none")
@@ -249,13 +249,14 @@ def setup(cfg: TrainConfig) -> TrainState:
             find_unused_parameters=cfg.mode != "macco")
     if cfg.compile:
         state.model = torch.compile(state.model)
-    sampler = batch_sampler(cfg, samples, counts, (state.start, total, rank, world), groups)
+    sampler = batch_sampler(cfg, samples, counts, (state.start, total, rank, world), groups, str(device))
     state.loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=cfg.workers,
                               pin_memory=device.type == "cuda", persistent_workers=False)
     return state
 
 
-def batch_sampler(cfg: TrainConfig, samples: list, counts: dict, steps: tuple[int, int, int, int], groups=None):
+def batch_sampler(cfg: TrainConfig, samples: list, counts: dict, steps: tuple[int, int, int, int], groups=None,
+                  device: str = "cpu"):
     """The run's batches (``steps``: start, total, rank, world): ``EpochBatchSampler``'s, or with ``neg_images``
     NegCLIP's anchors and their neighbour images (``model.neighbour_batches``; its counts to ``counts``)."""
     from .data import EpochBatchSampler
@@ -264,7 +265,7 @@ def batch_sampler(cfg: TrainConfig, samples: list, counts: dict, steps: tuple[in
         return EpochBatchSampler(len(samples), cfg.batch_size, cfg.seed, *steps, groups)
     from .neighbour_batches import NeighbourBatchSampler, load_candidates
 
-    cands, counts["neighbour_images"] = load_candidates({k: Path(v) for k, v in cfg.tables.items()}, samples)
+    cands, counts["neighbour_images"] = load_candidates(cfg, samples, device)
     return NeighbourBatchSampler(cands, cfg.batch_size, cfg.seed, *steps, groups)
 
 
