@@ -92,7 +92,7 @@ def negclip_tables(tmp_path, capsys):
     return t
 
 
-def test_the_file_becomes_checked_tables_and_trains_mode_negclip(negclip_tables, tmp_path):
+def test_the_file_becomes_checked_tables_and_trains_mode_negclip(negclip_tables, tmp_path, capsys):
     from data_schemas.checks import run_checks
     from model.train import load_config, train
 
@@ -100,6 +100,9 @@ def test_the_file_becomes_checked_tables_and_trains_mode_negclip(negclip_tables,
     names = ("captions", "token_masks", "negative_captions", "image_neighbours")
     results = run_checks({n: t / n for n in ("captions", "negative_captions", "image_neighbours")})
     assert results and all(r.status == "pass" for r in results), [(r.check, r.status) for r in results]
+    assert main(["validate", str(t)]) == 0  # the verb finds and checks them too (the flow's gate reads them)
+    checked = capsys.readouterr().out
+    assert "image_neighbours.not_itself" in checked and "negative_captions.caption_exists" in checked
     cfg = load_config(None, [], arch="macco-micro", mode="negclip", neg_images=True, batch_size=4, max_steps=3,
                       workers=0, warmup=1, log_every=1, progress=False, out_dir=str(tmp_path / "r"),
                       image_root=str(tmp_path / "datasets"), tables={n: str(t / n) for n in names})
