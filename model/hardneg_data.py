@@ -54,7 +54,8 @@ def build_hard_negatives(tables: dict[str, Path], samples: list, style: str, see
 def given_negatives(path: Path, samples: list, style: str) -> HardNegatives:
     """The negatives a training file gives (table ``negative_captions``: NegCLIP's ``neg_caption`` lists, read as
     given): one slot per list entry, as many slots as the longest list, the rest ``PLACEHOLDER`` and invalid; the
-    dataset draws one valid entry per step (NegCLIP's ``random.choice``). Style negclip only (``check_tables``)."""
+    dataset draws one valid entry per step (NegCLIP's ``random.choice``). A blank entry is no negative (counted,
+    ``blank_dropped``). Style negclip only (``check_tables``)."""
     from data_schemas import TABLES, read_table
 
     given = {r["caption_id"]: r["negatives"] for r in read_table(TABLES["negative_captions"], path).to_pylist()}
@@ -69,7 +70,8 @@ def given_negatives(path: Path, samples: list, style: str) -> HardNegatives:
                          {"style": style, "source": "negative_captions", "captions": len(samples),
                           "with_negatives": len(samples) - none, "without_negatives": none,
                           "without_negatives_by_reason": reasons, "made": {"given": sum(map(len, lists))},
-                          "missing": {}})
+                          "blank_dropped": sum(len(given.get(s.caption_id, [])) for s in samples) -
+                          sum(map(len, lists)), "missing": {}})
 
 
 def summary_note(mode: str, s: dict) -> str:

@@ -29,18 +29,26 @@ class NeighboursConfig:
     device: str = unkeyed("cpu")
 
 
-def nearest_neighbours(features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def nearest_neighbours(features: torch.Tensor, k: int, rows_per_block: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     """([N, k] row indices, [N, k] cosine similarities) of each row's k most similar other rows (fewer rows than
-    k + 1: k is cut to N - 1), nearest first; equal similarities in row order (a stable sort)."""
+    k + 1: k is cut to N - 1), nearest first; equal similarities in row order. Computed ``rows_per_block`` rows at
+    a time (COCO's 113k images: never the N x N matrix), the result the same for any block size."""
     if features.ndim != 2:
         raise ValueError(f"features: [N, D] expected, got {tuple(features.shape)}")
     n = features.shape[0]
-    k = min(k, n - 1)
+    k = max(min(k, n - 1), 0)
     f = torch.nn.functional.normalize(features.double(), dim=-1)
-    sim = f @ f.T
-    sim.fill_diagonal_(float("-inf"))  # never its own neighbour
-    order = torch.sort(sim, dim=1, descending=True, stable=True).indices[:, :max(k, 0)]
-    return order, torch.gather(sim, 1, order).float()
+    order, sims = torch.zeros(n, k, dtype=torch.long), torch.zeros(n, k, dtype=torch.float64)
+    for start in range(0, n if k else 0, rows_per_block):
+        sim = f[start:start + rows_per_block] @ f.T
+        rows = torch.arange(sim.shape[0])
+        sim[rows, rows + start] = float("-inf")  # never its own neighbour
+        kth = sim.topk(k, dim=1).values[:, -1:]
+        for r in range(sim.shape[0]):  # every row at or above the k-th value, by similarity then row (stable)
+            cand = (sim[r] >= kth[r]).nonzero().squeeze(1)
+            best = cand[torch.sort(sim[r, cand], descending=True, stable=True).indices[:k]]
+            order[start + r], sims[start + r] = best, sim[r, best]
+    return order, sims.float()
 
 
 @torch.no_grad()

@@ -114,7 +114,7 @@ def test_the_file_becomes_checked_tables_and_trains_mode_negclip(negclip_tables,
     trained = samples["captions"] - samples["no_token_mask"]
     assert hard["source"] == "negative_captions" and hard["captions"] == trained
     assert hard["without_negatives_by_reason"] == {"empty_list": 1}  # row 2: the file gives none
-    assert hard["made"] == {"given": sum(len(r[2]) for r in ROWS)}
+    assert hard["made"] == {"given": sum(len(r[2]) for r in ROWS)} and hard["blank_dropped"] == 0
     assert near == {"anchors": trained, "with_neighbour": trained, "without_neighbour": 0}
     assert any(f"{hard['with_negatives']} of {trained} captions have a hard negative" in n for n in notes)
 

@@ -20,6 +20,20 @@ def test_nearest_neighbours_by_cosine_without_itself():
         nearest_neighbours(f[0], 1)
 
 
+def test_blocks_give_the_dense_result_ties_included():
+    g = torch.Generator().manual_seed(0)
+    f = torch.randn(50, 8, generator=g)
+    f[10:20] = f[0]  # eleven equal rows: ties broken by row
+    dense = torch.nn.functional.normalize(f.double(), dim=-1) @ torch.nn.functional.normalize(f.double(), dim=-1).T
+    dense.fill_diagonal_(float("-inf"))
+    want = torch.sort(dense, dim=1, descending=True, stable=True).indices[:, :4]
+    for block in (1, 7, 64):
+        order, sim = nearest_neighbours(f, 4, rows_per_block=block)
+        assert torch.equal(order, want), block
+        assert torch.allclose(sim.double(), torch.gather(dense, 1, want), atol=1e-6)
+    assert nearest_neighbours(f, 4)[0][0].tolist() == [10, 11, 12, 13]
+
+
 def test_the_worlds_neighbours_by_the_base_model_become_a_checked_table(world, world_tables, micro_clip, tmp_path):
     from data_schemas.checks import run_checks
 
