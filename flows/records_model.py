@@ -318,7 +318,7 @@ def _report(call: Call) -> dict:
     each under ``<protocol>/``, and with ``evaluate.paper`` the paper's tables beside ours and the registered bar
     (``pipeline.paper``) in the top ``results.md``."""
     from model.benchmarks.registry import REPORT_ROWS
-    from model.losses import TERM_LABELS
+    from model.losses import REPORT_TERMS
     from pipeline.report import write_report
 
     evals, plan = call.extra["evaluations"], call.section
@@ -336,7 +336,7 @@ def _report(call: Call) -> dict:
     title = f"{call.label}: base vs fine-tunes"
     if not plan.protocols and not plan.paper:
         rep = write_report(by_protocol.get(None, {}), call.out, title, note, control=plan.control,
-                           untested=untrained, rows=REPORT_ROWS, terms=TERM_LABELS)
+                           untested=untrained, rows=REPORT_ROWS, terms=REPORT_TERMS)
     else:
         rep = _paper_report(call, by_protocol, title, note, untrained)
     return {**rep, "outputs": {"report": {"kind": "report", "dir": str(call.out), "content_hash": None}}}
@@ -346,13 +346,13 @@ def _paper_report(call: Call, by_protocol: dict, title: str, note: str, untraine
     """One report per protocol (``<out>/<protocol>/``), and ``results.md`` / ``paper.json`` on top: the paper's
     tables beside ours, the registered bar, then each protocol's table."""
     from model.benchmarks.registry import REPORT_ROWS
-    from model.losses import TERM_LABELS
+    from model.losses import REPORT_TERMS
     from pipeline.paper import paper_section
     from pipeline.report import write_report
 
     plan, out = call.section, call.out
     parts = {p: write_report(res, out / (p or "report"), f"{title} (protocol {p or 'as configured'})", note,
-                             control=plan.control, untested=untrained, rows=REPORT_ROWS, terms=TERM_LABELS)
+                             control=plan.control, untested=untrained, rows=REPORT_ROWS, terms=REPORT_TERMS)
              for p, res in by_protocol.items()}
     lines = [f"# {title}", "", note, ""]
     data: dict = {}

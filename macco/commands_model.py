@@ -202,7 +202,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_probe(args) -> int:
-    from model.losses import TERM_LABELS
+    from model.losses import REPORT_TERMS
     from model.probes import ProbeConfig, probe
     from pipeline.report import format_probes
 
@@ -222,7 +222,7 @@ def cmd_probe(args) -> int:
         tables = {t: tables[t] for t in ("captions", "token_masks", "scene_graphs", "regions")}
     res = probe(args.model, args.checkpoint, ProbeConfig(world=str(args.world), device=args.device),
                 str(args.train_checkpoint) if args.train_checkpoint else None, tables)
-    print(format_probes({"model": res}, TERM_LABELS))
+    print(format_probes({"model": res}, REPORT_TERMS))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(res, indent=2, default=str))

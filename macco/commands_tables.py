@@ -214,7 +214,7 @@ def cmd_agreement(args) -> int:
 
 def cmd_report(args) -> int:
     from model.benchmarks.registry import REPORT_ROWS
-    from model.losses import TERM_LABELS
+    from model.losses import REPORT_TERMS
     from pipeline.report import DEFAULT_CONTROL, load_results, write_report
     from pipeline.report_history import history_results, picks_note, unpaired
 
@@ -238,7 +238,7 @@ def cmd_report(args) -> int:
         print(f"macco report: {label} shares no seed with {control} (seeds from the run names, NAME-s<seed>): "
               "no paired test", file=sys.stderr)
     rep = write_report(results, args.out, args.title, note, control=control, rows=REPORT_ROWS,
-                       terms=TERM_LABELS)
+                       terms=REPORT_TERMS)
     print(rep["table"])
     print(f"\nwrote {rep['markdown']}  {rep['png']}")
     return 0

@@ -41,9 +41,10 @@ def stop_on_signals(what: str):
 
 
 def end_children(grace: float = GRACE_S) -> list[int]:
-    """SIGTERM to every process descended from this one, SIGKILL to those still there after ``grace`` seconds;
-    returns their pids."""
+    """SIGTERM to every process descended from this one and to the run's orphans (``orphans``), SIGKILL to those
+    still there after ``grace`` seconds; returns their pids."""
     kids = descendants(os.getpid())
+    kids += [p for p in orphans() if p not in kids]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in kids:
             try:
@@ -51,7 +52,7 @@ def end_children(grace: float = GRACE_S) -> list[int]:
             except ProcessLookupError:
                 continue  # already gone
         deadline = time.monotonic() + grace
-        while sig == signal.SIGTERM and time.monotonic() < deadline and any(_alive(p) for p in kids):
+        while sig == signal.SIGTERM and time.monotonic() < deadline and any(alive(p) for p in kids):
             time.sleep(0.05)
     return kids
 
@@ -73,7 +74,28 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def _alive(pid: int) -> bool:
+def _stat(d: Path) -> list[str]:
+    """``/proc/PID/stat``'s fields after the command name: state, ppid, pgrp, ..., starttime at index 19."""
+    return (d / "stat").read_text().rsplit(")", 1)[1].split()
+
+
+def orphans() -> list[int]:
+    """Processes this run started whose parent ended first (Ctrl-C reaches the whole process group: a child that
+    dies of it leaves its own children to init, out of ``descendants``' reach): same process group as this one,
+    started after it, and not a child of this one's parent (a pipe's other end, ``macco run | tee``, is kept)."""
+    me = _stat(Path("/proc/self"))
+    out = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            f = _stat(d)
+        except (OSError, IndexError):  # ended while being read
+            continue
+        if f[2] == me[2] and int(d.name) != os.getpid() and f[1] != me[1] and int(f[19]) >= int(me[19]):
+            out.append(int(d.name))
+    return out
+
+
+def alive(pid: int) -> bool:
     try:
         state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):

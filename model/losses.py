@@ -45,6 +45,11 @@ class LossWeights:
 
 # (term, label) of every term in LossWeights' order: the report's gradient rows (handed to pipeline.report)
 TERM_LABELS: tuple[tuple[str, str], ...] = tuple((f.name, f.metadata["label"]) for f in dataclasses.fields(LossWeights))
+# CE-CLIP's terms (``model.hardneg.ce_clip_terms``, weighted by its ``CeClipConfig``, not ``loss_weights`` keys): the
+# modes ce-clip and macco+ce-clip add them
+CE_CLIP_TERM_LABELS: tuple[tuple[str, str], ...] = (("imc_loss", "IMC"), ("cmr_loss", "CMR"))
+# the report's gradient rows: every term some mode weights (a row only where a run has the term)
+REPORT_TERMS: tuple[tuple[str, str], ...] = TERM_LABELS + CE_CLIP_TERM_LABELS
 
 
 def contrast_loss(images: list[torch.Tensor], texts: list[torch.Tensor], scale: torch.Tensor,

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from data_schemas import TABLES, read_table, write_table
+from data_schemas import TABLES, InputFileError, read_table, write_table
 from data_schemas.config import ConfigError, check_choices
 from data_schemas.provenance import closure_version, file_sha256
 from pipeline.shards import only_stage
@@ -181,7 +181,30 @@ def captions_stage(cfg: CaptionsConfig, out: Path) -> dict[str, dict]:
     for name, rows in read.tables.items():  # negclip-tsv: negative_captions, image_neighbours (as the file gives them)
         written[name] = write_table(TABLES[name], out / name, TABLES[name].from_rows(rows), config=conf,
                                     code_version=ver)
+    refuse_empty(cfg, out, len(read.rows), read.errors)
     return written
+
+
+def refuse_empty(cfg: CaptionsConfig, out: Path, rows: int, errors: list[dict]) -> None:
+    """A source that gave no usable pair is refused here, the first stage that sees it, in one line (its error rows
+    are already written, for ``macco sql``): every image missing names the folder looked in; else the reasons."""
+    if rows:
+        return
+    where = cfg.root if SOURCES[cfg.source].location == "root" else cfg.path
+    if not errors:
+        raise InputFileError(f"data.source {cfg.source} ({where}): the source holds no image-text pair")
+    reasons: dict[str, int] = {}
+    for e in errors:
+        reasons[e["reason"]] = reasons.get(e["reason"], 0) + 1
+    if set(reasons) == {"missing_image"}:
+        hint = "" if cfg.image_root or cfg.source in ("coco", "webdataset") else \
+            " (the file's folder: pass --image-root DIR / data.image_root where its image paths start)"
+        raise InputFileError(f"none of the {len(errors)} captions' images was found under "
+                             f"{captions_image_root(cfg, out)}{hint}")
+    first = errors[0]
+    raise InputFileError(f"data.source {cfg.source} ({where}): 0 usable pairs, {len(errors)} rows refused ("
+                         + ", ".join(f"{k}={v}" for k, v in sorted(reasons.items()))
+                         + f"; first: {first['item_id']}: {first['message']}); the rows: {Path(out) / 'errors'}")
 
 
 def read_caption_input(path: str | Path, *, split: str | None = None,

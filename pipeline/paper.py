@@ -3,7 +3,9 @@
 ``pipeline/paper_numbers.json`` holds the MACCO paper's published numbers, each table with its source (table,
 row label and column header as printed). For each of its tables this module prints, per mapped model, our mean
 ± sd over seeds, the paper's number and the difference, under the protocol the paper's numbers come from
-(``macco``: MACCO's own evaluation scripts); then the registered comparison (``docs/paper-setting.md``, written
+(``macco``: MACCO's own evaluation scripts); beside a table with ``deltas`` (the stacking table: MACCO on NegCLIP and
+on CE-CLIP), each stacked row's gain over its method, ours paired by seed beside the gain quoted with its source;
+then the registered comparison (``docs/paper-setting.md``, written
 before any run): MACCO against CLIP-FT, paired over the same cases, the case-level sign test with Holm's
 correction over the five registered groups, and whether the bar is met.
 """
@@ -80,6 +82,11 @@ OURS = {
     "sts_sts_b": _group("sts", "sts-b_spearman"),
     "senteval_probing_mean": _group("senteval-probing", "mean"),
 }
+# the columns one case group gives (benchmark, group): a paired test over the same cases can compare two runs there
+CASE_GROUPS = {"aro_relation": ("aro-vgr", "macro"), "aro_attribute": ("aro-vga", "macro"),
+               "vlchecklist_relation": ("vl-checklist", "relation"),
+               "vlchecklist_attribute": ("vl-checklist", "attribute"), "vlchecklist_object": ("vl-checklist", "object"),
+               "sugarcrepe_relation": ("sugarcrepe", "relation"), "valse_avg": ("valse", "avg")}
 # the main table's columns (paper_numbers.json ``tables.main``): their mean is Table 2's compositional mean
 MAIN_COLUMNS = ("aro_relation", "aro_attribute", "aro_order", "sugarcrepe_relation", "vlchecklist_relation",
                 "valse_relation", "whatsup")
@@ -101,7 +108,25 @@ def load_paper(path: str | Path = PAPER_NUMBERS) -> dict:
             unknown += [c for c, v in cells.items() if not isinstance(v, (int, float)) or isinstance(v, bool)]
             if unknown or row not in t["row_names"]:
                 raise ValueError(f"{path}: tables.{name}.rows.{row}: columns {unknown} / the row label not declared")
+        _check_deltas(path, name, t)
     return data
+
+
+def _check_deltas(path: Path, name: str, table: dict) -> None:
+    """A table's ``deltas`` (gains of one row over another, quoted rather than printed as cells): a source, and each
+    row and the row it is over declared, each cell a number in a declared column."""
+    deltas = table.get("deltas")
+    if deltas is None:
+        return
+    if not deltas.get("source"):
+        raise ValueError(f"{path}: tables.{name}.deltas has no 'source': every number names where it was printed")
+    for row, d in deltas.get("rows", {}).items():
+        cells = d.get("cells", {})
+        bad = sorted(c for c, v in cells.items() if c not in table["columns"] or not isinstance(v, (int, float))
+                     or isinstance(v, bool))
+        if bad or row not in table["row_names"] or d.get("over") not in table["row_names"]:
+            raise ValueError(f"{path}: tables.{name}.deltas.rows.{row}: columns {bad} / the row or its 'over' "
+                             f"({d.get('over')!r}) not declared")
 
 
 def _ours(runs: list[dict], column: str) -> tuple[float, float, int] | None:
@@ -154,14 +179,89 @@ def registered_comparison(results: dict[str, list[dict]], treatment: str, contro
             "groups": groups, "missing": missing, "met": met}
 
 
+def _gain_tests(pairs: list[tuple[dict, dict]], columns) -> dict[str, dict]:
+    """The case-level sign test of each column with a case group (``CASE_GROUPS``), the stacked run against its
+    method over the same cases (seeds paired), Holm's correction over the columns tested."""
+    from pipeline.report import holm, mcnemar
+
+    tests = {}
+    for column in columns:
+        if column not in CASE_GROUPS or not pairs:
+            continue
+        bench, key = CASE_GROUPS[column]
+        m, c = ([r["benchmarks"].get(bench, {}).get("cases", {}).get(key) for r in side] for side in zip(*pairs))
+        if None not in m and None not in c and len({len(x) for x in m + c}) == 1:
+            tests[column] = mcnemar(m, c)
+    for column, p in holm({k: t["p_case"] for k, t in tests.items()}).items():
+        t = tests[column]
+        t["p_holm"] = p
+        t["mark"] = ("▲" if t["b_case"] > t["c_case"] else "▼") if p < ALPHA else ""
+    return tests
+
+
+def compare_deltas(table: dict, results: dict[str, list[dict]], rows: dict[str, str]) -> list[dict]:
+    """One line per (paper column, delta row whose row and base row are both mapped): ours, the row's run minus the
+    base row's run of the same seed (mean, sd over the seed pairs, pairs; seeds only one side has left out) with the
+    paired test where the column has a case group (``_gain_tests``), and the paper's delta where one is recorded
+    (``deltas.rows.<row>.cells``)."""
+    from pipeline.report import seed_pairs
+
+    label_of = {r: lab for lab, r in rows.items()}
+    out = []
+    for row, d in table.get("deltas", {}).get("rows", {}).items():
+        top, base = label_of.get(row), label_of.get(d["over"])
+        if top is None or base is None:
+            continue
+        pairs = seed_pairs(results.get(top, []), results.get(base, []))
+        tests = _gain_tests(pairs, table["columns"])
+        for column, header in table["columns"].items():
+            fn = OURS[column]
+            vals = [(fn(a), fn(b)) for a, b in pairs]
+            diffs = [100 * (a - b) for a, b in vals if a is not None and b is not None]
+            ours = None if not diffs or len(diffs) < len(vals) else {
+                "mean": statistics.mean(diffs), "sd": statistics.stdev(diffs) if len(diffs) > 1 else 0.0,
+                "seeds": len(diffs)}
+            out.append({"column": column, "header": header, "row": row, "over": d["over"], "model": top,
+                        "base": base, "ours": ours, "test": tests.get(column),
+                        "paper": d.get("cells", {}).get(column)})
+    return out
+
+
+def delta_lines(name: str, table: dict, lines_: list[dict]) -> list[str]:
+    """The gains table: per column, ours (row minus base row, paired by seed) beside the recorded delta, its source
+    under it."""
+    pairs = list(dict.fromkeys((ln["row"], ln["over"], ln["model"], ln["base"]) for ln in lines_))
+    names = table["row_names"]
+    head = "| column | " + " | ".join(f"{m} − {b} (ours) | {names[r]} − {names[o]} (quoted)"
+                                      for r, o, m, b in pairs) + " |"
+    out = [f"### {name}: the gain of each stacked row over its method (paired by seed)", "", head,
+           "|---|" + "---:|---:|" * len(pairs)]
+    by = {(ln["column"], ln["row"]): ln for ln in lines_}
+    for column, header in table["columns"].items():
+        cells = []
+        for r, *_ in pairs:
+            ln = by[(column, r)]
+            mark = (ln["test"] or {}).get("mark")
+            cells += ["-" if ln["ours"] is None else _ours_cell(ln["ours"], "+") + (f" {mark}" if mark else ""),
+                      "-" if ln["paper"] is None else f"{ln['paper']:+.1f}"]
+        out.append(f"| {header} | " + " | ".join(cells) + " |")
+    tested = [h for c, h in table["columns"].items() if c in CASE_GROUPS]
+    source = table["deltas"]["source"]  # a text, or its lines (paper_numbers.json ``format``)
+    return out + ["", "Quoted: " + (source if isinstance(source, str) else " ".join(source)) + " Ours: mean ± sd over the seed pairs, in "
+                  f"points; '-' where a run lacks the column or no delta was quoted. ▲/▼: the stacked run better/worse "
+                  f"than its method in the case-level sign test over the same cases (seeds paired) at p < {ALPHA} "
+                  f"after Holm's correction over the columns tested for that pair ({', '.join(tested)}: those of one "
+                  "case group); each p raw and corrected is in `paper.json` (`deltas`)."]
+
+
 def _cell(v: float | None, digits: int = 1) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def _ours_cell(o: dict | None) -> str:
+def _ours_cell(o: dict | None, sign: str = "") -> str:
     if o is None:
         return "-"
-    return f"{o['mean']:.1f}" + (f" ± {o['sd']:.1f}" if o["seeds"] > 1 else "")
+    return f"{o['mean']:{sign}.1f}" + (f" ± {o['sd']:.1f}" if o["seeds"] > 1 else "")
 
 
 def table_lines(name: str, table: dict, lines_: list[dict], rows: dict[str, str]) -> list[str]:
@@ -220,13 +320,17 @@ def paper_section(by_protocol: dict[str | None, dict[str, list[dict]]], rows: di
     if empty:
         lines += [f"{len(empty)} of the paper's cells for these models are not in `pipeline/paper_numbers.json` "
                   "(shown as -; its `status` says why): add each there as printed.", ""]
-    data = {"protocol": protocol, "tables": {}, "registered": {}}
+    data = {"protocol": protocol, "tables": {}, "deltas": {}, "registered": {}}
     for name, table in paper["tables"].items():
         if not any(r in table["row_names"] for r in rows.values()):
             continue
         cmp = compare_table(table, results, rows)
         data["tables"][name] = cmp
         lines += [*table_lines(name, table, cmp, rows), ""]
+        gains = compare_deltas(table, results, rows)
+        if gains:
+            data["deltas"][name] = gains
+            lines += [*delta_lines(name, table, gains), ""]
     treatment = next((lab for lab, r in rows.items() if r == "MACCO"), None)
     if treatment is not None:
         for p, res in by_protocol.items():

@@ -124,7 +124,7 @@ def write_report(results: dict[str, list[dict]], out_dir: str | Path, title: str
     """``results.md`` / ``results.json`` / ``results.png``. Every model's cells are marked where a paired
     McNemar test against ``control`` (cases pooled over seeds) gives p < ``alpha``: ▲ better, ▼ worse. ``rows``:
     the report's rows, each benchmark record's (``model.benchmarks.registry.REPORT_ROWS``); ``terms``: the loss
-    terms' labels (``model.losses.TERM_LABELS``)."""
+    terms' labels (``model.losses.REPORT_TERMS``: ``LossWeights``' and CE-CLIP's)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = collect(results, rows)
@@ -268,7 +268,8 @@ def _notes(results: dict, rows: Rows) -> list[str]:
 
 def probe_rows(terms: tuple[tuple[str, str], ...]) -> list[tuple[str, tuple[str, ...], str]]:
     """The probe table's rows: the probes', then each tower's gradient norm per loss term; ``terms``: (term,
-    label) of each, declared with its weight (``model.losses.TERM_LABELS``, handed in: pipeline imports no model)."""
+    label) of each, declared with its weight (``model.losses.REPORT_TERMS``, handed in: pipeline imports no model);
+    a term no run has (CE-CLIP's IMC and CMR outside its modes) gives no row."""
     return PROBE_ROWS + [(f"grad ‖{tower}‖ ← {label}", ("gradient_norms", term, tower), "g")
                           for tower in ("text", "image") for term, label in terms]
 PROBE_CHANCE = {"image: pair direction (global) %": "50", "image: pair direction (patches) %": "50",

@@ -283,20 +283,15 @@ def paper_fixtures(tmp_path: Path) -> dict[str, str]:
             "zeroshot": str(folder / "test"), "linear-probe": str(folder)}
 
 
-def test_the_paper_experiment_runs_as_one_command(tmp_path):
-    """configs/paper-vitb32.yaml as written but for the paths, the CPU, a tiny random model for the OpenAI weights
-    and a batch the fixture fills: the official file trained on, 3 seeds of clip-ft and macco, the pretrained column,
-    both protocols, every benchmark root evaluated, and the report's paper tables with every row and column, the
-    spread over seeds and the registered bar's verdict."""
-    from flows.config import load_config, plain
+def paper_subs(shipped: dict, tmp_path: Path) -> dict[str, object]:
+    """What a test must change in a paper config: the official file's fixture and its images, a tiny random model's
+    weights file for the OpenAI weights, the benchmark fixtures' roots, the CPU, a batch the fixture fills."""
     from model.benchmarks.protocols import WORLD_SETTINGS
-    from pipeline.paper import BAR, load_paper
 
-    shipped = yaml.safe_load(PAPER_CONFIG.read_text())
     write_tsv(tmp_path, rows=ROWS[:2] * 4)  # pairs whose words are all in their captions (the validate gate)
     weights = micro_checkpoint(tmp_path)  # a tiny random model's weights file stands for the OpenAI weights
     fx = paper_fixtures(tmp_path)
-    subs = {"data.path": str(tmp_path / "official.tsv"), "data.image_root": str(tmp_path / "datasets"),
+    return {"data.path": str(tmp_path / "official.tsv"), "data.image_root": str(tmp_path / "datasets"),
             "masks.models": [*shipped["masks"]["models"], "macco-micro"],
             "train.arch": "macco-micro", "train.pretrained": str(weights),
             "train.common.device": "cpu", "train.common.precision": "fp32", "train.common.batch_size": 4,
@@ -305,6 +300,18 @@ def test_the_paper_experiment_runs_as_one_command(tmp_path):
             "evaluate.settings.device": "cpu", "evaluate.settings.batch_size": 32,
             "evaluate.settings.order_image_roots": {"coco-order": fx["coco-order"], "flickr-order": fx["flickr-order"]},
             **{f"evaluate.settings.{k}": v for k, v in WORLD_SETTINGS.items()}}
+
+
+def test_the_paper_experiment_runs_as_one_command(tmp_path):
+    """configs/paper-vitb32.yaml as written but for the paths, the CPU, a tiny random model for the OpenAI weights
+    and a batch the fixture fills: the official file trained on, 3 seeds of clip-ft and macco, the pretrained column,
+    both protocols, every benchmark root evaluated, and the report's paper tables with every row and column, the
+    spread over seeds and the registered bar's verdict."""
+    from flows.config import load_config, plain
+    from pipeline.paper import BAR, load_paper
+
+    shipped = yaml.safe_load(PAPER_CONFIG.read_text())
+    subs = paper_subs(shipped, tmp_path)
     cfg = substitute(shipped, subs)
     path = tmp_path / PAPER_CONFIG.name
     path.write_text(yaml.safe_dump(cfg))
@@ -364,3 +371,54 @@ def test_the_paper_experiment_runs_as_one_command(tmp_path):
     assert absent <= {("main", "valse_relation"), ("main", "whatsup"), ("main", "aro_attribute"),
                       ("general", "compositional_mean")}, absent
     assert not {c for n, c in absent if n in ("text_encoder",)} and ("general", "zeroshot_mean") not in absent
+
+
+# ---- 4: configs/paper-vitb32-stacking.yaml, the paper's stacking runs ------------------------------------------
+STACKING_CONFIG = REPO / "configs" / "paper-vitb32-stacking.yaml"
+
+
+def test_the_paper_stacking_experiment_runs_as_one_command(tmp_path):
+    """configs/paper-vitb32-stacking.yaml with the paper config's substitutions, and, to bound the test's time, 2
+    seeds, the macco protocol alone and the benchmarks of the stacking and main tables: every hard-negative mode
+    trains on the official file with the negatives counted, and the report prints the stacking table beside the
+    paper's (empty) cells and MACCO's gain over each method, paired by seed, beside the two quoted gains."""
+    from pipeline.paper import load_paper
+
+    shipped = yaml.safe_load(STACKING_CONFIG.read_text())
+    kept = ("aro-vgr", "aro-vga", "coco-order", "flickr-order", "sugarcrepe", "vl-checklist", "valse", "whatsup")
+    subs = {**paper_subs(shipped, tmp_path), "train.seeds": [0, 1], "evaluate.protocols": ["macco"]}
+    subs = {k: v for k, v in subs.items() if not k.startswith("evaluate.roots.") or k.split(".")[2] in kept}
+    cfg = substitute(shipped, subs)
+    cfg["evaluate"]["roots"] = {b: r for b, r in cfg["evaluate"]["roots"].items() if b in kept}
+    path = tmp_path / STACKING_CONFIG.name
+    path.write_text(yaml.safe_dump(cfg))
+
+    r = macco(["run", "--config", path.name], tmp_path, prefect_env(tmp_path))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    art = tmp_path / shipped["artifacts"]
+    records = {rec["name"]: (p, rec) for p in (art / "runs").glob("*/stage.json") if (rec := read_stage(p.parent))
+               and rec.get("kind") == "run"}
+    assert set(records) == {f"{n}-s{s}" for n in shipped["train"]["runs"] for s in (0, 1)}
+    for name, (p, _) in records.items():  # every hard-negative run counts its captions with and without a negative
+        if not name.startswith("clip-ft"):
+            counts = json.loads((p.parent / "run" / "summary.json").read_text())["samples"]["hard_negatives"]
+            assert counts["style"] == name.split("-s")[0].removeprefix("macco-"), name
+            assert counts["with_negatives"] > 0 and \
+                counts["with_negatives"] + counts["without_negatives"] == counts["captions"], (name, counts)
+    out = art / "runs" / shipped["name"]
+    report = (out / "results.md").read_text()
+    stacking = load_paper()["tables"]["stacking"]
+    assert f"### stacking: {stacking['source']}" in report
+    for label, row in shipped["evaluate"]["paper"].items():
+        if row in stacking["row_names"]:
+            assert f"{label} (ours) | {stacking['row_names'][row]} (paper)" in report
+    assert "### stacking: the gain of each stacked row over its method (paired by seed)" in report
+    row = next(ln for ln in report.splitlines() if ln.startswith("| VL-CheckList-Relation | ") and "+3.1" in ln)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "+3.1" and cells[4] == "+1.9" and cells[1] != "-" and cells[3] != "-", row
+    data = json.loads((out / "paper.json").read_text())
+    gains = {(g["column"], g["row"]): g for g in data["deltas"]["stacking"]}
+    for stacked in ("NegCLIP+MACCO", "CE-CLIP+MACCO"):
+        assert gains[("vlchecklist_relation", stacked)]["ours"]["seeds"] == 2
+        assert gains[("aro_relation", stacked)]["paper"] is None  # no delta quoted there: none printed
+    assert not data["registered"]  # no MACCO run: the registered bar belongs to configs/paper-vitb32.yaml

@@ -141,3 +141,35 @@ def test_each_protocol_takes_its_own_defaults_and_the_settings_the_config_gives(
     assert {over.evaluate.eval_config({}, False, p).activation for p in ev.protocols} == {"quickgelu"}
     demo = load_config("configs/demo.yaml").evaluate
     assert demo.protocol_list() == (None,) and demo.eval_config({}, True) == demo.eval_config({}, True, None)
+
+
+def test_the_paper_stacking_config_is_the_paper_experiment_with_the_stacking_runs():
+    """configs/paper-vitb32-stacking.yaml: the paper config's data, recipe, seeds, benchmarks and protocols; NegCLIP,
+    NegCLIP + MACCO, CE-CLIP and CE-CLIP + MACCO at the two papers' weights (the modes' defaults), clip-ft as the
+    control with the paper config's own settings (the same run: its cache), each mapped to its paper row."""
+    import dataclasses
+
+    from flows.config import load_config
+    from model.losses import LossWeights
+    from model.train_config import HARDNEG_STYLES
+    from pipeline.paper import load_paper
+
+    paper, cfg = load_config("configs/paper-vitb32.yaml"), load_config("configs/paper-vitb32-stacking.yaml")
+    modes = {name: run.config.mode for name, run in cfg.train.runs.items()}
+    assert modes == {"clip-ft": "clip-ft", "negclip": "negclip", "macco-negclip": "macco+negclip",
+                     "ce-clip": "ce-clip", "macco-ce-clip": "macco+ce-clip"}
+    assert set(HARDNEG_STYLES) == set(modes.values()) - {"clip-ft"}
+    stacking = load_paper()["tables"]["stacking"]["row_names"]
+    ev = cfg.evaluate
+    assert {label: ev.paper[label] for label in modes if ev.paper.get(label) in stacking} == {
+        "negclip": "NegCLIP", "macco-negclip": "NegCLIP+MACCO", "ce-clip": "CE-CLIP", "macco-ce-clip": "CE-CLIP+MACCO"}
+    assert ev.paper["clip-ft"] == "CLIP-FT" and ev.control == "clip-ft" and "MACCO" not in ev.paper.values()
+    for name, run in cfg.train.runs.items():  # the paper's recipe and seeds; the papers' weights, nothing set
+        assert run.seeds == (0, 1, 2)
+        assert run.config.loss_weights == dataclasses.asdict(LossWeights()) and run.config.ce_threshold == "mean"
+        assert dataclasses.replace(run.config, mode="clip-ft") == paper.train.runs["clip-ft"].config, name
+    assert (cfg.train.arch, cfg.train.pretrained, cfg.train.torchrun_nproc) == \
+        (paper.train.arch, paper.train.pretrained, paper.train.torchrun_nproc)
+    for section in ("data", "parse", "ground", "masks", "validate"):
+        assert getattr(cfg, section) == getattr(paper, section), section
+    assert dataclasses.replace(ev, paper=paper.evaluate.paper) == paper.evaluate  # benchmarks, roots, protocols

@@ -149,3 +149,24 @@ def test_a_term_is_one_declared_entry():
     grads = [label for label, path, _ in probe_rows(TERM_LABELS) if path[0] == "gradient_norms"]
     assert grads == [f"grad ‖{tower}‖ ← {label}" for tower in ("text", "image") for _, label in TERM_LABELS]
     assert dict(TERM_LABELS)["intra_modal_contrast_loss"] == "MIR"
+
+
+def test_the_reports_ce_clip_rows_are_the_terms_its_modes_weight(clip):
+    """``CE_CLIP_TERM_LABELS`` names the terms ``ce_clip_terms`` adds to the contrast and the ones a ce-clip mode's
+    task weights (CE-CLIP's 0.2 / 0.2): the report's gradient rows follow them."""
+    from model.hardneg import CE_CLIP_SLOTS, CeClipConfig, ce_clip_terms, initial_threshold
+    from model.losses import CE_CLIP_TERM_LABELS, REPORT_TERMS, TERM_LABELS
+    from model.task import MaccoConfig
+    from model.task_hardneg import HardNegativeTask
+
+    f = torch.nn.functional.normalize
+    x, n = f(torch.randn(3, 8), dim=-1), f(torch.randn(3, CE_CLIP_SLOTS, 8), dim=-1)
+    terms, _ = ce_clip_terms(x, x.flip(0), n, torch.ones(3, CE_CLIP_SLOTS, dtype=torch.bool), torch.tensor(10.0),
+                             initial_threshold(CeClipConfig(), CE_CLIP_SLOTS))
+    names = [t for t, _ in CE_CLIP_TERM_LABELS]
+    assert set(terms) - {"contrast_loss", "total_loss"} == set(names)
+    assert REPORT_TERMS == TERM_LABELS + CE_CLIP_TERM_LABELS and dict(CE_CLIP_TERM_LABELS) == {"imc_loss": "IMC",
+                                                                                                "cmr_loss": "CMR"}
+    task = HardNegativeTask(clip, MaccoConfig(mode="macco+ce-clip"))
+    assert {t: task.weights[t] for t in names} == {"imc_loss": 0.2, "cmr_loss": 0.2}
+    assert not set(names) & set(HardNegativeTask(clip, MaccoConfig(mode="negclip")).weights)

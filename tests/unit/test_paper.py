@@ -110,3 +110,107 @@ def test_the_bar_is_met_only_when_every_group_is_up():
     results = {"macco": [run("macco-s0", 0.7, cm)], "clip-ft": [run("clip-ft-s0", 0.6, cc)]}
     bar = P.registered_comparison(results, "macco", "clip-ft")
     assert bar["groups"]["SugarCrepe relation"]["mark"] == "▼" and not bar["met"]
+
+
+STACKING = {"negclip": "NegCLIP", "macco-negclip": "NegCLIP+MACCO", "ce-clip": "CE-CLIP",
+            "macco-ce-clip": "CE-CLIP+MACCO"}
+
+
+def stack_run(label: str, vlc_relation: float, vgr: float | None = None, cases: dict | None = None) -> dict:
+    """One seed's results.json with VL-CheckList relation (and ARO VG-Relation where given), and the per-case
+    strings given ({(benchmark, group): string}); nothing else."""
+    bench = {"vl-checklist": {"groups": {"relation": vlc_relation}, "subsets": {}, "cases": {}}}
+    if vgr is not None:
+        bench["aro-vgr"] = {"groups": {"macro": vgr}, "subsets": {}, "cases": {}}
+    for (b, key), string in (cases or {}).items():
+        bench.setdefault(b, {"groups": {}, "subsets": {}, "cases": {}})["cases"][key] = string
+    return {"label": label, "benchmarks": bench}
+
+
+def test_the_stacking_table_and_macco_s_gain_over_each_method_beside_the_quoted_one():
+    """Runs of the four hard-negative modes mapped to the stacking rows: the stacking table (ours, the paper's cell:
+    '-', none read) and the gains table, X + MACCO minus X paired by seed, beside the issue's quoted +3.1 / +1.9."""
+    paper = P.load_paper()
+    stacking = paper["tables"]["stacking"]
+    assert set(stacking["row_names"]) == set(STACKING.values()) and not stacking["rows"]  # no cell invented
+    assert {"vlchecklist_relation", "vlchecklist_attribute", "vlchecklist_object", "aro_relation",
+            "aro_attribute"} <= set(stacking["columns"]) and any(c.startswith("sugarcrepe") for c in stacking["columns"])
+    quoted = stacking["deltas"]["rows"]
+    assert quoted == {"NegCLIP+MACCO": {"over": "NegCLIP", "cells": {"vlchecklist_relation": 3.1}},
+                      "CE-CLIP+MACCO": {"over": "CE-CLIP", "cells": {"vlchecklist_relation": 1.9}}}
+    assert "issue #46" in " ".join(stacking["deltas"]["source"]) and "Not read from the paper" in \
+        " ".join(stacking["deltas"]["source"])
+    results = {  # negclip has seeds 0 and 1 only: the pair of seed 2 is left out of its gain
+        "negclip": [stack_run("negclip-s0", 0.60, 0.50), stack_run("negclip-s1", 0.62, 0.52)],
+        "macco-negclip": [stack_run(f"macco-negclip-s{s}", v, 0.55) for s, v in ((0, 0.63), (1, 0.67), (2, 0.90))],
+        "ce-clip": [stack_run(f"ce-clip-s{s}", 0.70) for s in (0, 1, 2)],
+        "macco-ce-clip": [stack_run(f"macco-ce-clip-s{s}", 0.71) for s in (0, 1, 2)]}
+    lines, data = P.paper_section({"macco": results}, STACKING, "clip-ft", paper)
+    md = "\n".join(lines)
+    assert list(data["tables"]) == ["stacking"] and not data["registered"]  # no MACCO row mapped: no bar
+    assert "### stacking: " + stacking["source"] in md
+    assert "| VL-CheckList-Relation | 61.0 ± 1.4 | - | - | 73.3 ± 14.6 | - | - | 70.0 ± 0.0 | - | - | " \
+           "71.0 ± 0.0 | - | - |" in md
+    assert "NegCLIP + MACCO (paper)" in md and "| ARO-Order | - | - | - |" in md  # not evaluated: '-'
+    gains = {(g["column"], g["row"]): g for g in data["deltas"]["stacking"]}
+    neg = gains[("vlchecklist_relation", "NegCLIP+MACCO")]
+    # seed pairs 0 and 1: gains 3.0 and 5.0 points
+    assert neg["ours"] == {"mean": pytest.approx(4.0), "sd": pytest.approx(2 ** 0.5), "seeds": 2}
+    assert neg["paper"] == 3.1 and (neg["model"], neg["base"]) == ("macco-negclip", "negclip")
+    assert gains[("aro_relation", "NegCLIP+MACCO")]["ours"]["mean"] == pytest.approx(4.0)
+    assert gains[("aro_relation", "NegCLIP+MACCO")]["paper"] is None  # no delta quoted there: never invented
+    assert gains[("aro_relation", "CE-CLIP+MACCO")]["ours"] is None  # CE-CLIP's runs have no VG-Relation
+    assert gains[("vlchecklist_relation", "CE-CLIP+MACCO")]["ours"]["mean"] == pytest.approx(1.0)
+    assert "| column | macco-negclip − negclip (ours) | NegCLIP + MACCO − NegCLIP (quoted) | macco-ce-clip − ce-clip " \
+           "(ours) | CE-CLIP + MACCO − CE-CLIP (quoted) |" in md
+    assert "| VL-CheckList-Relation | +4.0 ± 1.4 | +3.1 | +1.0 ± 0.0 | +1.9 |" in md
+    assert "| ARO-Relation | +4.0 ± 1.4 | - | - | - |" in md
+    assert "Quoted: Not read from the paper's table: the project's issue #46" in md
+
+
+def test_a_gain_is_printed_only_for_a_method_and_its_stacked_row_both_mapped():
+    results = {"negclip": [stack_run("negclip-s0", 0.6)], "macco-negclip": [stack_run("macco-negclip-s0", 0.7)]}
+    lines, data = P.paper_section({None: results}, {"negclip": "NegCLIP", "macco-negclip": "NegCLIP+MACCO"}, "x")
+    assert {g["row"] for g in data["deltas"]["stacking"]} == {"NegCLIP+MACCO"}
+    assert "| VL-CheckList-Relation | +10.0 | +3.1 |" in "\n".join(lines)  # one seed pair: no spread
+    _, data = P.paper_section({None: results}, {"negclip": "NegCLIP"}, "x")
+    assert "stacking" in data["tables"] and not data["deltas"]
+    paper = P.load_paper()
+    paper["tables"]["stacking"]["deltas"]["source"] = "One line of text."  # a source as one string, not its lines
+    lines, _ = P.paper_section({None: results}, {"negclip": "NegCLIP", "macco-negclip": "NegCLIP+MACCO"}, "x", paper)
+    assert "Quoted: One line of text. Ours:" in "\n".join(lines)
+
+
+def test_a_quoted_delta_without_its_source_or_rows_is_refused(tmp_path):
+    data = P.load_paper()
+    stacking = data["tables"]["stacking"]
+    p = tmp_path / "n.json"
+    for bad, message in (({"rows": stacking["deltas"]["rows"]}, "tables.stacking.deltas has no 'source'"),
+                         ({"source": "x", "rows": {"NegCLIP+MACCO": {"over": "CLIP", "cells": {}}}},
+                          r"deltas.rows.NegCLIP\+MACCO: columns \[\] / the row or its 'over' \('CLIP'\)"),
+                         ({"source": "x", "rows": {"CE-CLIP+MACCO": {"over": "CE-CLIP", "cells": {"typo": 1.9}}}},
+                          r"columns \['typo'\]")):
+        p.write_text(json.dumps({**data, "tables": {"stacking": {**stacking, "deltas": bad}}}))
+        with pytest.raises(ValueError, match=message):
+            P.load_paper(p)
+
+
+def test_macco_s_gain_over_a_method_is_a_paired_test_over_the_same_cases_holm_over_the_columns():
+    """Where a stacking column is one case group, the stacked run is tested against its method over the same cases
+    (seeds paired, the case-level sign test), Holm over the columns tested for that pair; ▲ marks the gain."""
+    vlc, vgr = ("vl-checklist", "relation"), ("aro-vgr", "macro")
+    win, lose, tie = "1" * 12, "0" * 12, "10" * 6
+    results = {"negclip": [stack_run(f"negclip-s{s}", 0.5, 0.5, {vlc: lose, vgr: tie}) for s in (0, 1)],
+               "macco-negclip": [stack_run(f"macco-negclip-s{s}", 0.6, 0.5, {vlc: win, vgr: tie}) for s in (1, 0)]}
+    lines, data = P.paper_section({"macco": results}, {"negclip": "NegCLIP", "macco-negclip": "NegCLIP+MACCO"}, "x")
+    gains = {g["column"]: g for g in data["deltas"]["stacking"]}
+    assert set(c for c, g in gains.items() if g["test"]) == {"vlchecklist_relation", "aro_relation"}
+    t = gains["vlchecklist_relation"]["test"]
+    raw = mcnemar([win, win], [lose, lose])
+    assert t["p_case"] == raw["p_case"] and t["b_case"] == 12 and t["mark"] == "▲"
+    assert t["p_holm"] == holm({"a": raw["p_case"], "b": 1.0})["a"]
+    assert gains["aro_relation"]["test"]["mark"] == "" and gains["aro_order"]["test"] is None  # two groups: no test
+    md = "\n".join(lines)
+    assert "| VL-CheckList-Relation | +10.0 ± 0.0 ▲ | +3.1 |" in md and "| ARO-Relation | +0.0 ± 0.0 | - |" in md
+    assert "after Holm's correction over the columns tested for that pair (ARO-Relation, ARO-Attribute, " \
+           "VL-CheckList-Relation" in md

@@ -146,3 +146,26 @@ def test_the_reports_rows_are_the_benchmark_records(tmp_path):
                                                          "cases": {"macro": "111000"}}}}
     write_report({"m": [run]}, tmp_path, "t", rows=(*ROWS, *new), terms=TERMS)
     assert "| New bench (macro) | 6 | 33 | 50.0 |" in (tmp_path / "results.md").read_text()
+
+
+def test_ce_clip_s_terms_get_gradient_rows_for_its_modes_only(tmp_path):
+    """The report's gradient rows are ``REPORT_TERMS``: MACCO's terms and CE-CLIP's IMC and CMR; a ce-clip mode's
+    probe has norms for them, a macco run none, so their rows show the first and '-' for the second."""
+    from model.losses import REPORT_TERMS
+
+    def probed(label: str, terms: dict[str, float]) -> dict:
+        return {"label": label, "benchmarks": {},
+                "probes": {"gradient_norms": {t: {"text": v, "image": v / 2} for t, v in terms.items()} | {"batch": 8}}}
+
+    runs = {"macco": [probed("macco-s0", {"contrast_loss": 1.0, "intra_modal_contrast_loss": 0.5})],
+            "macco-ce-clip": [probed(f"macco-ce-clip-s{s}", {"contrast_loss": 1.0, "imc_loss": 0.2 + s,
+                                                             "cmr_loss": 0.1}) for s in (0, 1)]}
+    write_report(runs, tmp_path, "t", rows=ROWS, terms=REPORT_TERMS)
+    probes = (tmp_path / "results.md").read_text().split("## Probes")[1]
+    assert "| grad ‖text‖ ← IMC |  | - | 0.7 ± 0.707 |" in probes
+    assert "| grad ‖image‖ ← CMR |  | - | 0.05 ± 0 |" in probes
+    assert "| grad ‖text‖ ← MIR |  | 0.5 | - |" in probes
+    assert "← masked text" not in probes  # a term no run has: no row
+    data = json.loads((tmp_path / "results.json").read_text())["probes"]
+    assert data["macco-ce-clip"]["grad ‖text‖ ← CMR"] == {"mean": pytest.approx(0.1), "sd": 0.0, "runs": 2}
+    assert "grad ‖text‖ ← IMC" not in data["macco"]
