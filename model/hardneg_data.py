@@ -1,6 +1,6 @@
 """The hard-negative captions of a training run in modes ``negclip``, ``ce-clip`` and MACCO stacked on each
 (``train_config.HARDNEG_STYLES``): made once per run, before the model is built, from the ``scene_graphs`` table
-the run reads (``pipeline.negatives.make_negatives``, seeded by the run's seed: the same tables and seed give the
+the run reads (``model.negatives.make_negatives``, seeded by the run's seed: the same tables and seed give the
 same negatives, so a resumed run trains on the ones it started with), one slot per kind of the style with a
 validity mask, tokenized with the run's tokenizer (``MaccoDataset``).
 
@@ -32,7 +32,7 @@ class HardNegatives:
 def build_hard_negatives(tables: dict[str, Path], samples: list, style: str, seed: int) -> HardNegatives:
     """The negatives of ``samples`` (``model.data.Sample``) from the run's captions and scene_graphs tables."""
     from data_schemas import TABLES, read_table
-    from pipeline.negatives import make_negatives  # pure (no torch): the one place negatives are made
+    from .negatives import make_negatives  # pure (no torch): the one place negatives are made
 
     if "negative_captions" in tables:
         return given_negatives(tables["negative_captions"], samples, style)

@@ -12,7 +12,7 @@ from data_schemas.geometry import DEFAULT_ARCH
 from .losses import LossWeights
 
 # the MaccoTask modes (model.task.MODES); the last four train with hard-negative captions (model.hardneg):
-# NegCLIP, CE-CLIP, and MACCO stacked on each (HARDNEG_STYLES: the pipeline.negatives style each makes)
+# NegCLIP, CE-CLIP, and MACCO stacked on each (HARDNEG_STYLES: the model.negatives style each makes)
 Mode = Literal["macco", "clip-ft", "text-only", "image-only", "negclip", "ce-clip", "macco+negclip", "macco+ce-clip"]
 TrainMode = Literal[Mode, "scene", "lm"]  # scene: model.scene (image tower); lm: model.lm (text tower)
 SECTION = "train config"
