@@ -13,7 +13,8 @@ from ._io import (ROWS_PER_PART, ShardedTableWriter, append_table, apply_umask, 
 from ._read import is_complete, read_manifest, read_table, refuse_unreadable, table_files, verify_table
 from ._spec import Check, InputFileError, TableError, TableSpec, load_json, read_text
 
-TABLE_NAMES = ("captions", "scene_graphs", "token_masks", "regions", "patch_masks", "errors", "eval_results", "official")
+TABLE_NAMES = ("captions", "scene_graphs", "token_masks", "regions", "patch_masks", "errors", "eval_results", "official",
+               "image_neighbours", "negative_captions")
 
 
 def table_module(name: str):

@@ -249,7 +249,8 @@ def _masks(call: Call) -> dict:
 STAGES = (
     Stage("world", "world", (), ("source",), roots("pipeline.world"), _world, when=lambda cfg: cfg.world_run,
           extras=lambda section: [_world_sets(section)], packages=packages("Pillow"), config=WorldConfig),
-    Stage("captions", "data", ("source",), ("captions", "official", "images", "errors"),
+    Stage("captions", "data", ("source",), ("captions", "official", "negative_captions", "image_neighbours", "images",
+                                            "errors"),
           roots("pipeline.captions_stage"), _captions, given=_source_entry, config=CaptionsConfig,
           packages=packages("Pillow", "webdataset")),
     Stage("tokenizer", "tokenizer", ("captions",), ("tokenizer",), roots("pipeline.siglip_folder"), _tokenizer,

@@ -15,9 +15,11 @@ from data_schemas import replace_file
 from data_schemas.config import ConfigError, safe_name
 from flows.config import EvaluatePlan, TrainPlan, ValidateConfig, plain
 from flows.stage import Call, Stage, folder_key, packages, roots, weights_key
+from model.train_config import GIVEN_TABLES, given_tables
 
 MASK_TABLES = ("captions", "scene_graphs", "token_masks", "regions", "patch_masks")
 TRAINING_TABLES = ("captions", "token_masks", "scene_graphs", "regions")
+GIVEN = tuple(f"{t}?" for t in GIVEN_TABLES)  # a source's own negatives and neighbours (negclip-tsv), when it has them
 MODEL_PACKAGES = ("torch", "torchvision", "open_clip_torch", "timm", "transformers", "Pillow", "numpy")
 HISTORY = "eval_results"  # artifacts/eval_results: every evaluation's rows, appended (never replaced)
 
@@ -142,19 +144,20 @@ def _drive_train(stage: Stage, plan, runner) -> dict[str, list[dict]]:
     (or ``train.pretrained``); each with its own settings, key and folder ``runs/<name>-<key>``."""
     train, cat = plan.cfg.train, plan.catalog
     inputs = cat.subset(stage.reads)
-    common = {"tables": cat.tables(TRAINING_TABLES), "image_root": cat.image_root}
+    def common(s) -> dict:  # the image root; the training tables, and those the source gives that the run uses
+        return {"image_root": cat.image_root, "tables": cat.tables((*TRAINING_TABLES, *filter(cat.has, given_tables(s))))}
     reads = inputs.hashes(stage.reads)
     runs: dict[str, list[dict]] = {}
     base = None
     for i, section in enumerate(train.base):
         name = "base" if i == len(train.base) - 1 else f"base{i + 1}-{section.mode}"
-        s = dataclasses.replace(section, **common, pretrained=base["export_pt"] if base else section.pretrained)
+        s = dataclasses.replace(section, **common(section), pretrained=base["export_pt"] if base else section.pretrained)
         base = runner.run(stage, s, inputs, read_hashes=reads, label=name, extra={"nproc": train.torchrun_nproc})
     if base is not None:
         runs["base"] = [base]
     for name, run in train.runs.items():
         for seed in run.seeds:
-            s = dataclasses.replace(run.config, **common, seed=seed,
+            s = dataclasses.replace(run.config, **common(run.config), seed=seed,
                                     pretrained=base["export_pt"] if base else train.pretrained)
             runs.setdefault(name, []).append(runner.run(stage, s, inputs, read_hashes=reads, label=f"{name}-s{seed}",
                                                         extra={"nproc": train.torchrun_nproc}))
@@ -348,8 +351,7 @@ def _report(call: Call) -> dict:
     title = f"{call.label}: base vs fine-tunes"
     if not plan.protocols and not plan.paper:
         rep = write_report(by_protocol.get(None, {}), call.out, title, note, control=plan.control,
-                           untested=untrained, rows=REPORT_ROWS,
-                           terms=REPORT_TERMS)
+                           untested=untrained, rows=REPORT_ROWS, terms=REPORT_TERMS)
     else:
         from pipeline.paper import paper_report
 
@@ -374,9 +376,9 @@ def _drive_report(stage: Stage, plan, runner) -> dict:
 
 
 STAGES = (
-    Stage("validate", "validate", (*MASK_TABLES, "errors"), ("validation",), roots("pipeline.validate"), _validate,
-          packages=packages("duckdb", "pyarrow"), publish=_publish_checks, config=ValidateConfig),
-    Stage("train", "train", (*TRAINING_TABLES, "images"), ("runs",), roots("model.train"), _train,
+    Stage("validate", "validate", (*MASK_TABLES, *GIVEN, "errors"), ("validation",), roots("pipeline.validate"),
+          _validate, packages=packages("duckdb", "pyarrow"), publish=_publish_checks, config=ValidateConfig),
+    Stage("train", "train", (*TRAINING_TABLES, *GIVEN, "images"), ("runs",), roots("model.train"), _train,
           after=("validation",), extras=_train_extras, drive=_drive_train, packages=packages(*MODEL_PACKAGES),
           folder=_run_folder, watch=_watch_train, config=TrainPlan),
     Stage("evaluate", "evaluate", ("runs", "source?", *TRAINING_TABLES, "images"), ("evaluations",), _evaluate_code,

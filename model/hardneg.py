@@ -50,7 +50,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-CE_CLIP_SLOTS = 4  # CE-CLIP's typed negatives per caption: len(pipeline.negatives.CE_CLIP_KINDS) (tested)
+CE_CLIP_SLOTS = 4  # CE-CLIP's typed negatives per caption: len(model.negatives.CE_CLIP_KINDS) (tested)
 
 
 def _check_shapes(images: torch.Tensor, texts: torch.Tensor, negatives: torch.Tensor,

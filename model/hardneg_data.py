@@ -1,6 +1,6 @@
 """The hard-negative captions of a training run in modes ``negclip``, ``ce-clip`` and MACCO stacked on each
 (``train_config.HARDNEG_STYLES``): made once per run, before the model is built, from the ``scene_graphs`` table
-the run reads (``pipeline.negatives.make_negatives``, seeded by the run's seed: the same tables and seed give the
+the run reads (``model.negatives.make_negatives``, seeded by the run's seed: the same tables and seed give the
 same negatives, so a resumed run trains on the ones it started with), one slot per kind of the style with a
 validity mask, tokenized with the run's tokenizer (``MaccoDataset``).
 
@@ -32,8 +32,10 @@ class HardNegatives:
 def build_hard_negatives(tables: dict[str, Path], samples: list, style: str, seed: int) -> HardNegatives:
     """The negatives of ``samples`` (``model.data.Sample``) from the run's captions and scene_graphs tables."""
     from data_schemas import TABLES, read_table
-    from pipeline.negatives import make_negatives  # pure (no torch): the one place negatives are made
+    from .negatives import make_negatives  # pure (no torch): the one place negatives are made
 
+    if "negative_captions" in tables:
+        return given_negatives(tables["negative_captions"], samples, style)
     wanted = {s.caption_id for s in samples}
     text = {r["caption_id"]: r["caption"] for r in read_table(TABLES["captions"], tables["captions"]).to_pylist()
             if r["caption_id"] in wanted}
@@ -47,6 +49,29 @@ def build_hard_negatives(tables: dict[str, Path], samples: list, style: str, see
         texts.append([t if t is not None else PLACEHOLDER for t in slots])
         valid.append(ok)
     return HardNegatives(style, result.kinds, texts, valid, {"style": style, **result.summary()})
+
+
+def given_negatives(path: Path, samples: list, style: str) -> HardNegatives:
+    """The negatives a training file gives (table ``negative_captions``: NegCLIP's ``neg_caption`` lists, read as
+    given): one slot per list entry, as many slots as the longest list, the rest ``PLACEHOLDER`` and invalid; the
+    dataset draws one valid entry per step (NegCLIP's ``random.choice``). A blank entry is no negative (counted,
+    ``blank_dropped``). Style negclip only (``check_tables``)."""
+    from data_schemas import TABLES, read_table
+
+    given = {r["caption_id"]: r["negatives"] for r in read_table(TABLES["negative_captions"], path).to_pylist()}
+    lists = [[t for t in given.get(s.caption_id, []) if t.strip()] for s in samples]
+    k = max(1, *(len(x) for x in lists)) if lists else 1
+    texts = [x + [PLACEHOLDER] * (k - len(x)) for x in lists]
+    valid = [[i < len(x) for i in range(k)] for x in lists]
+    none = sum(not x for x in lists)
+    not_listed = sum(s.caption_id not in given for s in samples)
+    reasons = {r: n for r, n in (("not_in_file", not_listed), ("empty_list", none - not_listed)) if n}
+    return HardNegatives(style, tuple(f"given_{i}" for i in range(k)), texts, valid,
+                         {"style": style, "source": "negative_captions", "captions": len(samples),
+                          "with_negatives": len(samples) - none, "without_negatives": none,
+                          "without_negatives_by_reason": reasons, "made": {"given": sum(map(len, lists))},
+                          "blank_dropped": sum(len(given.get(s.caption_id, [])) for s in samples) -
+                          sum(map(len, lists)), "missing": {}})
 
 
 def summary_note(mode: str, s: dict) -> str:

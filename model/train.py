@@ -101,7 +101,11 @@ def check_tables(cfg: TrainConfig) -> None:
     """The tables a run reads are given and are tables: one ``ConfigError`` naming what is missing."""
     needed = [*NEEDED_TABLES, *(("regions",) if cfg.mode in ("macco", "image-only", "macco+negclip",
                                                                "macco+ce-clip") else ()),
-              *(("scene_graphs",) if cfg.mode in HARDNEG_STYLES else ())]  # the hard negatives are made from it
+              # the hard negatives are made from it, unless the data gives them (negclip-tsv: negative_captions)
+              *(("scene_graphs",) if cfg.mode in HARDNEG_STYLES and "negative_captions" not in cfg.tables else ())]
+    if "negative_captions" in cfg.tables and HARDNEG_STYLES.get(cfg.mode) != "negclip":
+        raise ConfigError(f"train config tables: negative_captions (a file's NegCLIP negatives) train modes negclip "
+                          f"and macco+negclip; mode {cfg.mode} makes its own or none")
     missing = [t for t in needed if t not in cfg.tables]
     if missing:
         raise ConfigError(f"train config tables: no {', '.join(missing)} (tables: {{captions: DIR, token_masks: DIR, "
@@ -181,7 +185,8 @@ def setup(cfg: TrainConfig) -> TrainState:
     """Process group, device, seeds, task, data, optimiser and schedule, then the checkpoint to resume from."""
     from torch.utils.data import DataLoader
 
-    from .data import EpochBatchSampler, build_samples, collate, image_groups
+    from .data import build_samples, collate, image_groups
+    from .neighbour_batches import steps_per_epoch
     from .optim import make_optimizer, schedule
 
     check_tables(cfg)  # before any model is built: a missing table is one line, not a KeyError minutes later
@@ -219,7 +224,8 @@ def setup(cfg: TrainConfig) -> TrainState:
     groups = image_groups(samples) if cfg.captions_per_image == "1" else None
     counts["pairs_per_epoch"] = len(groups) if groups is not None else len(samples)
     check_pairs(cfg, counts, world)  # before the model is built and before resume: fresh removes a run
-    total = cfg.max_steps or counts["pairs_per_epoch"] // (cfg.batch_size * world) * cfg.epochs
+    total = cfg.max_steps or steps_per_epoch(counts["pairs_per_epoch"], cfg.batch_size, world, cfg.neg_images) * \
+        cfg.epochs
     ck, ck_state = checkpoint_to_resume(cfg, total)
     task = build_task(cfg, vocab, weights_later=ck is not None).to(device)
     task.rank, task.world_size = rank, world
@@ -243,10 +249,24 @@ def setup(cfg: TrainConfig) -> TrainState:
             find_unused_parameters=cfg.mode != "macco")
     if cfg.compile:
         state.model = torch.compile(state.model)
-    sampler = EpochBatchSampler(len(samples), cfg.batch_size, cfg.seed, state.start, total, rank, world, groups)
+    sampler = batch_sampler(cfg, samples, counts, (state.start, total, rank, world), groups, str(device))
     state.loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=cfg.workers,
                               pin_memory=device.type == "cuda", persistent_workers=False)
     return state
+
+
+def batch_sampler(cfg: TrainConfig, samples: list, counts: dict, steps: tuple[int, int, int, int], groups=None,
+                  device: str = "cpu"):
+    """The run's batches (``steps``: start, total, rank, world): ``EpochBatchSampler``'s, or with ``neg_images``
+    NegCLIP's anchors and their neighbour images (``model.neighbour_batches``; its counts to ``counts``)."""
+    from .data import EpochBatchSampler
+
+    if not cfg.neg_images:
+        return EpochBatchSampler(len(samples), cfg.batch_size, cfg.seed, *steps, groups)
+    from .neighbour_batches import NeighbourBatchSampler, load_candidates
+
+    cands, counts["neighbour_images"] = load_candidates(cfg, samples, device)
+    return NeighbourBatchSampler(cands, cfg.batch_size, cfg.seed, *steps, groups)
 
 
 def training_dataset(task, cfg: TrainConfig, samples: list, split: str, scenes=None, hard=None):
@@ -293,6 +313,11 @@ def _train(cfg: TrainConfig, on_log, on_note) -> dict:
             from .hardneg_data import summary_note
 
             (on_note or log.info)(summary_note(cfg.mode, state.counts["hard_negatives"]))
+        if "neighbour_images" in state.counts:
+            n = state.counts["neighbour_images"]
+            (on_note or log.info)(f"train {cfg.mode}: neighbour images: {n['with_neighbour']} of {n['anchors']} "
+                                  f"anchors have one among the training samples ({n['without_neighbour']} without: "
+                                  "a random sample joins their batch)")
     run_log, skips = RunLog(state, on_log), SkipCount(cfg)
     batches = iter(state.loader)
     try:

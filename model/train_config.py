@@ -12,11 +12,14 @@ from data_schemas.geometry import DEFAULT_ARCH
 from .losses import LossWeights
 
 # the MaccoTask modes (model.task.MODES); the last four train with hard-negative captions (model.hardneg):
-# NegCLIP, CE-CLIP, and MACCO stacked on each (HARDNEG_STYLES: the pipeline.negatives style each makes)
+# NegCLIP, CE-CLIP, and MACCO stacked on each (HARDNEG_STYLES: the model.negatives style each makes)
 Mode = Literal["macco", "clip-ft", "text-only", "image-only", "negclip", "ce-clip", "macco+negclip", "macco+ce-clip"]
 TrainMode = Literal[Mode, "scene", "lm"]  # scene: model.scene (image tower); lm: model.lm (text tower)
 SECTION = "train config"
 HARDNEG_STYLES = {"negclip": "negclip", "ce-clip": "ce-clip", "macco+negclip": "negclip", "macco+ce-clip": "ce-clip"}
+# the tables a source may give beside the training tables (NegCLIP's file, pipeline.negclip_tsv): a run reads each
+# where its settings use it (given_tables)
+GIVEN_TABLES = ("negative_captions", "image_neighbours")
 
 
 @dataclass
@@ -38,6 +41,9 @@ class TrainConfig:
     mode: TrainMode = "macco"
     hardneg: bool = False  # one swapped caption per sample (model.data.swap_negative) for the other modes
     ce_threshold: Literal["mean", "max", "fixed"] = "mean"  # modes *ce-clip: the CMR threshold (model.hardneg)
+    # modes negclip / macco+negclip: NegCLIP's hard-negative images, each anchor's image neighbour (tables:
+    # image_neighbours) with a caption of it in the same batch, half the batch anchors (model.neighbour_batches)
+    neg_images: bool = False
     mca: bool = True  # masked samples as extra contrastive negatives (the ablation "macco without MCA": false)
     mir: bool = True  # the intra-modal masked-vs-full term (the ablation "macco without MIR": false)
     lock_image: bool = False  # freeze the image tower (LiT: the text tower learns against a locked image tower)
@@ -106,11 +112,21 @@ class TrainConfig:
                               f"{sorted(asdict(LossWeights()))}")
         if self.mode in HARDNEG_STYLES and self.hardneg:
             raise ConfigError(f"{SECTION} hardneg: mode {self.mode} makes its own hard negatives; set hardneg false")
+        if self.neg_images and (HARDNEG_STYLES.get(self.mode) != "negclip" or self.batch_size % 2):
+            raise ConfigError(f"{SECTION} neg_images: NegCLIP's neighbour images are for modes negclip and "
+                              f"macco+negclip with an even batch_size (mode {self.mode}, batch_size {self.batch_size})")
         if self.batch_size % self.accum_steps:
             raise ConfigError(f"{SECTION} accum_steps: {self.accum_steps} does not divide batch_size "
                               f"{self.batch_size} (micro-batches of equal size)")
         if self.crop_scale[0] > self.crop_scale[1]:
             raise ConfigError(f"{SECTION} crop_scale: {list(self.crop_scale)} (low > high)")
+
+
+def given_tables(cfg: TrainConfig) -> tuple[str, ...]:
+    """Of ``GIVEN_TABLES``, those a run of ``cfg`` trains on when its data has them: the file's negative captions
+    in modes negclip / macco+negclip, the neighbour images with ``neg_images``."""
+    return (*(("negative_captions",) if HARDNEG_STYLES.get(cfg.mode) == "negclip" else ()),
+            *(("image_neighbours",) if cfg.neg_images else ()))
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **kw) -> TrainConfig:

@@ -49,6 +49,7 @@ class CaptionRead:
     rows: list[dict] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)
     official: list[dict] = field(default_factory=list)  # a macco-tsv source's annotations (the official table)
+    tables: dict[str, list[dict]] = field(default_factory=dict)  # other tables a source gives (negclip-tsv), by name
 
     def summary(self) -> dict:
         reasons: dict[str, int] = {}

@@ -132,6 +132,12 @@ def _read_caption_file(cfg: CaptionsConfig, out: Path):
     return read_caption_file(cfg.path, split=cfg.split, image_root=cfg.image_root)
 
 
+def _read_negclip_tsv(cfg: CaptionsConfig, out: Path):
+    from pipeline.negclip_tsv import read_negclip_tsv
+
+    return read_negclip_tsv(cfg.path, cfg.image_root, cfg.split)
+
+
 def _file_images(cfg: CaptionsConfig, out: Path) -> str:
     return str(Path(cfg.image_root or Path(cfg.path).parent).resolve())
 
@@ -144,6 +150,7 @@ SOURCES: dict[str, SourceKind] = {s.name: s for s in (
                _webdataset_fingerprint),
     SourceKind("macco-tsv", "path", _read_macco_tsv, _file_images, _file_fingerprint),
     SourceKind("caption-file", "path", _read_caption_file, _file_images, _file_fingerprint),  # macco parse FILE's
+    SourceKind("negclip-tsv", "path", _read_negclip_tsv, _file_images, _file_fingerprint),
 )}
 
 
@@ -164,8 +171,9 @@ def read_source(cfg: CaptionsConfig, out: Path):
 
 
 def captions_stage(cfg: CaptionsConfig, out: Path) -> dict[str, dict]:
-    """Read the source (COCO, the world, CSV/TSV, image folder, webdataset, MACCO's file) into ``out/captions`` +
-    ``out/errors`` (+ ``out/official``)."""
+    """Read the source (COCO, the world, CSV/TSV, image folder, webdataset, MACCO's file, NegCLIP's file) into
+    ``out/captions`` + ``out/errors`` (+ ``out/official``; NegCLIP's: + ``out/negative_captions``,
+    ``out/image_neighbours``)."""
     if getattr(cfg, SOURCES[cfg.source].location) is None:
         raise ConfigError(f"data.source {cfg.source!r} needs data.{SOURCES[cfg.source].location}")
     read = read_source(cfg, out)
@@ -181,6 +189,9 @@ def captions_stage(cfg: CaptionsConfig, out: Path) -> dict[str, dict]:
     if cfg.source == "macco-tsv":
         written["official"] = write_table(TABLES["official"], out / "official",
                                           TABLES["official"].from_rows(read.official), config=conf, code_version=ver)
+    for name, rows in read.tables.items():  # negclip-tsv: negative_captions, image_neighbours (as the file gives them)
+        written[name] = write_table(TABLES[name], out / name, TABLES[name].from_rows(rows), config=conf,
+                                    code_version=ver)
     refuse_empty(cfg, out, len(read.rows), read.errors)
     return written
 

@@ -30,8 +30,9 @@ from pipeline.captions import (STAGE, CaptionRead, InputFileError, NotUtf8, chec
 from pipeline.text_checks import caption_problem, shown, unicode_problem
 from pipeline.images import ImageSizes
 
-# macco-tsv: pipeline.macco_tsv; caption-file: a COCO captions json or a caption JSONL (pipeline.captions)
-Source = Literal["coco", "csv", "folder", "webdataset", "macco-tsv", "caption-file"]
+# macco-tsv: pipeline.macco_tsv (MACCO's file); negclip-tsv: pipeline.negclip_tsv (NegCLIP's); caption-file: a COCO
+# captions json or a caption JSONL (pipeline.captions)
+Source = Literal["coco", "csv", "folder", "webdataset", "macco-tsv", "negclip-tsv", "caption-file"]
 SOURCES = get_args(Source)
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 

@@ -88,8 +88,9 @@ def validate(tables: dict[str, Path | list[Path]], params: CheckParams | dict | 
 
 def format_results(results: list[CheckResult]) -> str:
     w = max([len(r.check) for r in results] + [5])
-    lines = [f"{'check':<{w}}  {'table':<13} {'bad':>7}  status  examples"]
+    t = max([len(r.table) for r in results] + [13])
+    lines = [f"{'check':<{w}}  {'table':<{t}} {'bad':>7}  status  examples"]
     for r in results:
         ex = "; ".join(r.examples) if r.examples else r.detail
-        lines.append(f"{r.check:<{w}}  {r.table:<13} {r.bad_rows:>7}  {r.status:<6}  {ex}")
+        lines.append(f"{r.check:<{w}}  {r.table:<{t}} {r.bad_rows:>7}  {r.status:<6}  {ex}")
     return "\n".join(lines)

@@ -397,7 +397,7 @@ def clean_rows():
     return {
         "captions": [{"caption_id": 1, "image_id": 10, "file_name": "a.jpg", "width": 64, "height": 48,
                       "caption": cap, "split": "train"},
-                     {"caption_id": 2, "image_id": 10, "file_name": "a.jpg", "width": 64, "height": 48,
+                     {"caption_id": 2, "image_id": 11, "file_name": "b.jpg", "width": 64, "height": 48,
                       "caption": "a blue square", "split": "train"}],
         "scene_graphs": [
             dict(caption_id=1, concept_id=0, kind="object", text="circle", char_start=6, char_end=12,
@@ -440,6 +440,12 @@ def clean_rows():
         "official": [dict(caption_id=1, objects=["circle", "square"], relations=["left of"], attributes=["red", "blue"],
                           relation_phrases=["circle left of square"], attribute_phrases=["red circle", "blue square"],
                           phrase_boxes='{"red circle": [[1, 2, 20, 40]]}', neg_captions=[])],
+        "image_neighbours": [dict(image_id=10, caption_id=None, rank=0, neighbour_image_id=11, neighbour_caption_id=None,
+                                  similarity=0.5),
+                             dict(image_id=11, caption_id=2, rank=0, neighbour_image_id=10, neighbour_caption_id=1,
+                                  similarity=None)],
+        "negative_captions": [dict(caption_id=1, negatives=["a blue circle left of a red square"]),
+                              dict(caption_id=2, negatives=[])],
     }
 
 

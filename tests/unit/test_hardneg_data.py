@@ -46,3 +46,22 @@ def test_the_dataset_gives_valid_slots_only_where_a_negative_exists(world, world
     assert drawn <= valid_tokens and len(drawn) > 1
     assert all(ds[(e, with_neg)]["hard_valid"].all() for e in range(3))
     assert torch.equal(ds[(5, with_neg)]["hard_texts"], ds[(5, with_neg)]["hard_texts"])  # keyed on (epoch, index)
+
+
+def test_a_files_negatives_are_slots_as_given_blank_and_missing_ones_counted(tmp_path):
+    from data_schemas import TABLES, write_table
+    from model.data import Sample
+    from model.hardneg_data import given_negatives
+
+    spec = TABLES["negative_captions"]
+    write_table(spec, tmp_path / "n", spec.from_rows([{"caption_id": 1, "negatives": ["a cat on a dog", " ", "b"]},
+                                                      {"caption_id": 2, "negatives": []}]))
+    samples = [Sample(c, f"{c}.png", [], [], []) for c in (1, 2, 3)]
+    neg = given_negatives(tmp_path / "n", samples, "negclip")
+    assert neg.kinds == ("given_0", "given_1")  # as many slots as the longest list of real negatives
+    assert neg.texts == [["a cat on a dog", "b"], [PLACEHOLDER] * 2, [PLACEHOLDER] * 2]
+    assert neg.valid == [[True, True], [False, False], [False, False]]
+    s = neg.summary
+    assert (s["with_negatives"], s["without_negatives"], s["blank_dropped"]) == (1, 2, 1)
+    assert s["without_negatives_by_reason"] == {"not_in_file": 1, "empty_list": 1}
+    assert "1 of 3 captions have a hard negative" in summary_note("negclip", s)

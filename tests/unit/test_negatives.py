@@ -1,9 +1,9 @@
-"""pipeline/negatives.py on real parses (the rule parser, as the parse stage writes its ``scene_graphs`` rows)."""
+"""model/negatives.py on real parses (the rule parser, as the parse stage writes its ``scene_graphs`` rows)."""
 from __future__ import annotations
 
 import pytest
 
-from pipeline.negatives import (CE_CLIP_KINDS, NEGCLIP_KINDS, REASONS, build_vocabulary, caption_negatives,
+from model.negatives import (CE_CLIP_KINDS, NEGCLIP_KINDS, REASONS, build_vocabulary, caption_negatives,
                                 concept_rows, make_negatives)
 from pipeline.scene_graph import load_nlp, parse_captions, parse_doc
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from data_schemas.config import ConfigError
 from model.hardneg import CE_CLIP_SLOTS, CeClipConfig, ce_clip_terms, initial_threshold, negclip_loss
 from model.train import check_tables, load_config, train
-from pipeline.negatives import CE_CLIP_KINDS
+from model.negatives import CE_CLIP_KINDS
 from tests_support import micro_clip  # noqa: F401 (fixture)
 from tests_support import micro_train_config as _cfg
 
