@@ -153,14 +153,15 @@ def _parse_shards(call: Call) -> int:
 
 # ---- ground (mapped over shards of images) ---------------------------------------------------------------------
 def _table_inputs(call: Call):
-    """The captions, scene graphs (and official) tables as the ground stage reads them: by shard."""
+    """The captions, scene graphs (and, for the official backend, official) tables as the ground stage reads them:
+    by shard."""
     from data_schemas import TABLES, table_files
     from pipeline.grounding.inputs import TableInputs
 
     cat = call.inputs
-    files = {n: table_files(TABLES[n], cat.dir(n)) if cat.has(n) else None
-             for n in ("captions", "scene_graphs", "official")}
-    return TableInputs(files["captions"], files["scene_graphs"], files["official"],
+    official = call.section.backend == "official" and cat.has("official")
+    return TableInputs(*(table_files(TABLES[n], cat.dir(n)) for n in ("captions", "scene_graphs")),
+                       table_files(TABLES["official"], cat.dir("official")) if official else None,
                        hashes=cat.hashes(("captions", "scene_graphs", "official?")))
 
 
