@@ -133,8 +133,12 @@ def _read_file(path: Path, cols: _Columns) -> None:
     start, seen_keys, categories = len(cols.image_id), set(), None
     for key, i, value in _elements(path, ("annotations", "categories")):
         seen_keys.add(key)
-        if key == "categories":
-            categories = value if i is None else (categories or []) + [value]
+        if key == "categories":  # a short list: kept as it is, checked after the pass
+            if i is None:
+                categories = value
+            else:
+                categories = categories or []
+                categories.append(value)
             continue
         if i is None:  # "annotations" is not an array
             _require({"annotations": value}, "annotations", path, "top level", list)

@@ -2,8 +2,8 @@
 
 The same verb (``macco ground``: the record, ``ground_inputs``, ``ground_stage``) is run in a fresh process on the
 tables of 1 and of 8 shards of the same size (synthetic captions, scene graphs and COCO-style instance boxes with
-their polygons); the peak is the Python heap's (``tracemalloc``) plus Arrow's memory pool's, measured from after the
-imports. Before the stage read by shard, 8 shards' inputs held as Python rows cost ≈ 40 MB more than 1 shard's.
+their polygons); the peak is the Python heap's (``tracemalloc``, started after the CLI's imports: the verb's own
+lazy imports count alike in both) plus Arrow's memory pool's. Before the stage read by shard (its inputs whole as Python rows) 8 shards took ≈ 30 MB more than 1.
 """
 from __future__ import annotations
 
