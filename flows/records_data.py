@@ -160,48 +160,57 @@ def _parse_shards(call: Call) -> int:
 
 
 # ---- ground (mapped over shards of images) ---------------------------------------------------------------------
-def ground_inputs(call: Call) -> tuple[list[dict], list[dict], dict | None, list[dict] | None]:
-    """(captions, scene graphs, instances, official rows) the ground stage reads, after its input checks: every
-    caption to ground has an image size; the annotations backend has COCO instance files holding these images."""
+def _table_inputs(call: Call):
+    """The captions, scene graphs (and, for the official backend, official) tables as the ground stage reads them:
+    by shard."""
+    from data_schemas import TABLES, table_files
+    from pipeline.grounding.inputs import TableInputs
+
+    cat = call.inputs
+    official = call.section.backend == "official" and cat.has("official")
+    return TableInputs(*(table_files(TABLES[n], cat.dir(n)) for n in ("captions", "scene_graphs")),
+                       table_files(TABLES["official"], cat.dir("official")) if official else None,
+                       hashes=cat.hashes(("captions", "scene_graphs", "official?")))
+
+
+def ground_inputs(call: Call):
+    """(the tables read by shard, instances) the ground stage reads, after its input checks: every caption to
+    ground has an image size; the annotations backend has COCO instance files holding these images."""
     from pipeline.grounding.stage import read_instances
 
     cfg, cat = call.section, call.inputs
-    caps, sg = cat.rows("captions"), cat.rows("scene_graphs")
-    grounded = {r["caption_id"] for r in sg if r["kind"] in ("attribute", "relation")}
-    unsized = [c for c in caps if c["caption_id"] in grounded and (c["width"] <= 0 or c["height"] <= 0)]
-    if unsized:
-        c = unsized[0]
-        raise InputFileError(f"{len(unsized)} captions to ground have no image size (width/height 0 in "
-                             f"{cat.dir('captions')}; e.g. caption {c['caption_id']}, image {c['image_id']}): read "
+    source = _table_inputs(call)
+    if source.unsized.count:
+        u = source.unsized
+        raise InputFileError(f"{u.count} captions to ground have no image size (width/height 0 in "
+                             f"{cat.dir('captions')}; e.g. caption {u.caption_id}, image {u.image_id}): read "
                              "them with their images (macco parse --images ROOT, with file_name in the JSONL)")
-    instances = official = None
+    instances = None
     if cfg.backend == "annotations":
         root = cat.get("images", "instances")
         if root is None:
             raise InputFileError("the annotations backend reads COCO instance boxes (annotations/instances_<split>"
                                  "2014.json): data.source coco, or macco ground --instances ROOT; for other data use "
                                  "backend groundingdino or hf")
-        instances = read_instances(root, sorted({c["split"] for c in caps}))
-        if caps and not {c["image_id"] for c in caps} & set(instances):
-            raise InputFileError(f"none of the {len({c['image_id'] for c in caps})} images of {cat.dir('captions')} "
+        instances = read_instances(root, source.splits)
+        n = len(source.caption_images)
+        if n and not source.any_image_in(instances.images):
+            raise InputFileError(f"none of the {n} images of {cat.dir('captions')} "
                                  f"is in the instances files under {root}: the annotations backend reads COCO instance "
                                  "boxes for COCO captions; for other data use backend groundingdino or hf")
-    if cfg.backend == "official":
-        if not cat.has("official"):
-            raise InputFileError("ground.backend 'official' reads the official table of a macco-tsv source (data.source"
-                                 ": macco-tsv / macco captions FILE --source macco-tsv --out FOLDER)")
-        official = cat.rows("official")
-    return caps, sg, instances, official
+    if cfg.backend == "official" and not source.has_official:
+        raise InputFileError("ground.backend 'official' reads the official table of a macco-tsv source (data.source"
+                             ": macco-tsv / macco captions FILE --source macco-tsv --out FOLDER)")
+    return source, instances
 
 
 def _ground_tables(call: Call, **kw) -> dict:
     from pipeline.grounding.stage import ground_stage
 
-    caps, sg, instances, official = ground_inputs(call)
+    source, instances = ground_inputs(call)
     # the flow's key covers the captions, the scene graphs, the images and instances and the weights
-    return ground_stage(call.section, caps, sg, call.inputs.image_root, call.out, instances=instances,
-                        official=official, reuse=bool(call.key), inputs=call.key or None, progress=call.progress,
-                        **kw)
+    return ground_stage(call.section, source, None, call.inputs.image_root, call.out, instances=instances,
+                        reuse=bool(call.key), inputs=call.key or None, progress=call.progress, **kw)
 
 
 def _ground(call: Call) -> dict:
@@ -214,10 +223,7 @@ def _ground_shards(call: Call) -> int:
     """Shards of the images with at least one parsed caption (what ground_stage grounds)."""
     from pipeline.shards import n_shards_for
 
-    parsed = {r["caption_id"] for r in call.inputs.rows("scene_graphs", ["caption_id"])}
-    images = {r["image_id"] for r in call.inputs.rows("captions", ["caption_id", "image_id"])
-              if r["caption_id"] in parsed}
-    return n_shards_for(len(images), call.section.shard_size)
+    return n_shards_for(len(_table_inputs(call).image_ids), call.section.shard_size)
 
 
 def _ground_code(section) -> tuple[str, ...]:
@@ -227,9 +233,10 @@ def _ground_code(section) -> tuple[str, ...]:
 
 
 def _ground_packages(section) -> tuple[str, ...]:
-    """The distributions a backend calls (the file-reading backends none but the image reader)."""
+    """The distributions a backend calls (the file-reading backends none but the image reader and the tables'
+    readers)."""
     model = {"groundingdino": ("torch", "transformers", "groundingdino-py"), "hf": ("torch", "transformers")}
-    return ("Pillow", *model.get(section.backend, ()))
+    return ("Pillow", "numpy", "pyarrow", *model.get(section.backend, ()))
 
 
 def _grounding_weights(section) -> list:

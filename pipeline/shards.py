@@ -75,6 +75,7 @@ def run_sharded(items: list, shard_size: int, out_dirs: dict[str, Path],
         out = fn(items[i * shard_size:(i + 1) * shard_size])
         for name, w in writers.items():
             w.write_shard(i, TABLES[name].from_rows(out.get(name, [])))
+        del out  # not held while the next shard works: a stage holds one shard's rows at a time
         if progress:
             progress(i + 1, n_shards)
     if not finalize:

@@ -22,10 +22,11 @@ def backend_module(backend: str) -> str:
     return f"{__name__}.{BACKENDS[backend][0]}"
 
 
-def make_grounder(cfg: GroundingConfig, instances: dict | None = None) -> Grounder:
+def make_grounder(cfg: GroundingConfig, instances=None) -> Grounder:
     """The configured backend. Model loading is serialised: the flow maps shards over threads, and
     transformers' loader builds the model on the meta device through process-wide state (two threads loading
-    at once leave meta tensors behind)."""
+    at once leave meta tensors behind). ``instances``: the annotations backend's boxes (``InstanceBoxes`` or
+    {image_id: rows})."""
     if BACKENDS[cfg.backend][1] is None:
         raise ValueError(f"the {cfg.backend!r} backend reads boxes from a file, it has no model")
     cls = getattr(importlib.import_module(backend_module(cfg.backend)), BACKENDS[cfg.backend][1])

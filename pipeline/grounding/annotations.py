@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .base import Box, GroundItem
+from .instances import InstanceBoxes
 
 _COCO = {
     "person": "person people man men woman women boy boys girl girls child children kid kids baby babies guy guys "
@@ -56,12 +57,13 @@ class AnnotationsGrounder:
     name = "annotations"
     needs_images = False
 
-    def __init__(self, instances: dict[int, list[dict]], synonyms: dict[str, str] | None = None):
+    def __init__(self, instances: InstanceBoxes | dict[int, list[dict]], synonyms: dict[str, str] | None = None):
+        """``instances``: the columns (``read_instance_boxes``) or ``read_coco_instances``' rows by image."""
+        if isinstance(instances, dict):
+            instances = InstanceBoxes.from_mapping(instances)
         self.instances = instances
-        cats = {a["category"] for anns in instances.values() for a in anns}
-        self.synonyms = {**COCO_SYNONYMS, **(synonyms or {}), **{c: c for c in cats}}
-        self.colours = {a["attributes"]["colour"] for anns in instances.values() for a in anns
-                        if "colour" in (a.get("attributes") or {})}
+        self.synonyms = {**COCO_SYNONYMS, **(synonyms or {}), **{c: c for c in instances.categories()}}
+        self.colours = instances.colours()
 
     def category(self, noun: str) -> str | None:
         noun = noun.lower()

@@ -21,35 +21,47 @@ def code_roots(backend: str) -> tuple[str, ...]:
     return (__name__, backend_module(backend))
 
 
-def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root: str | Path | None,
-                 out: Path, *, grounder=None, instances: dict | None = None, official: list[dict] | None = None,
+def ground_stage(cfg, captions, scene_graphs: list[dict] | None, image_root: str | Path | None,
+                 out: Path, *, grounder=None, instances=None, official: list[dict] | None = None,
                  progress=None, only=None, finalize: bool = True, reuse: bool = False,
                  inputs: str | None = None) -> dict[str, dict]:
     """Ground every attribute/relation phrase: ``out/regions`` + ``out/errors`` (sharded by image).
 
+    ``captions``: the tables read by shard (``pipeline.grounding.inputs.TableInputs``; ``scene_graphs`` and
+    ``official`` None: it reads them), or rows (with the scene-graph rows and the official rows, if any).
+    ``instances``: the annotations backend's boxes (``read_instances``' columns, or {image_id: rows}).
     ``inputs``: a content hash of the captions, scene graphs, instances and images when the caller has one
-    (the flow's stage key), else computed from the rows; unfinished shards are reused only with the same.
+    (the flow's stage key), else computed from the rows or the tables' hashes; unfinished shards are reused only
+    with the same.
     """
-    from pipeline.grounding import make_grounder
-    from pipeline.grounding.base import GroundItem
+    from pipeline.grounding.inputs import RowInputs
 
-    loaded = {"g": grounder}
-    by_caption: dict[int, list[dict]] = {}
-    for r in scene_graphs:
-        by_caption.setdefault(r["caption_id"], []).append(r)
-    images: dict[int, dict] = {}
-    for c in captions:
-        if c["caption_id"] in by_caption:
-            images.setdefault(c["image_id"], {"row": c, "captions": []})["captions"].append(c)
-    image_ids = sorted(images)
-
-    if cfg.backend == "official" and official is None:
+    source = captions if scene_graphs is None else RowInputs(captions, scene_graphs, official)
+    if cfg.backend == "official" and not source.has_official:
         raise ConfigError("ground.backend 'official' reads the official table of a macco-tsv source "
                           "(data.source: macco-tsv / macco captions --source macco-tsv)")
-    by_official = {r["caption_id"]: r for r in official or []}
+    work = _ShardWork(cfg, source, image_root, grounder, instances)
+    ver = closure_version(*code_roots(cfg.backend))
+    if inputs is None:
+        inst = instances.fingerprint() if hasattr(instances, "fingerprint") else sorted((instances or {}).items())
+        official_rows = sorted(source.official.items()) if isinstance(source, RowInputs) else []
+        inputs = content_hash([*source.hash_rows(), inst, official_rows])
+    return run_sharded(list(source.image_ids), cfg.shard_size, {"regions": out / "regions", "errors": out / "errors"},
+                       work, config=cfg, version=ver, progress=progress, only=only, finalize=finalize, reuse=reuse,
+                       inputs=inputs, replaces={"errors": only_stage("ground")})
 
-    def shard(ids: list[int]) -> dict[str, list[dict]]:
-        if cfg.backend == "official":  # the file's phrase boxes: no model, no image read
+
+class _ShardWork:
+    """One shard's regions and errors: its rows read from the source, then the grounder (loaded once per call,
+    and only if a shard needs work) or the official file's boxes."""
+
+    def __init__(self, cfg, source, image_root, grounder, instances):
+        self.cfg, self.source, self.image_root, self.grounder, self.instances = (cfg, source, image_root, grounder,
+                                                                                 instances)
+
+    def __call__(self, ids: list[int]) -> dict[str, list[dict]]:
+        images, by_caption, by_official = self.source.shard(ids)
+        if self.cfg.backend == "official":  # the file's phrase boxes: no model, no image read
             from pipeline.grounding.official import official_regions
 
             regions, errors = [], []
@@ -57,9 +69,15 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
                 r, e = official_regions(images[iid]["row"], images[iid]["captions"], by_caption, by_official)
                 regions, errors = regions + r, errors + e
             return {"regions": regions, "errors": errors}
-        if loaded["g"] is None:  # the model loads once per call, and only if a shard needs work
-            loaded["g"] = make_grounder(cfg, instances)
-        grounder = loaded["g"]
+        return self.model_shard(ids, images, by_caption)
+
+    def model_shard(self, ids: list[int], images: dict, by_caption: dict) -> dict[str, list[dict]]:
+        from pipeline.grounding import make_grounder
+        from pipeline.grounding.base import GroundItem
+
+        if self.grounder is None:
+            self.grounder = make_grounder(self.cfg, self.instances)
+        grounder, image_root = self.grounder, self.image_root
         regions, errors, items, plans = [], [], [], []
         for iid in ids:
             row = images[iid]["row"]
@@ -82,14 +100,6 @@ def ground_stage(cfg, captions: list[dict], scene_graphs: list[dict], image_root
                 regions += r
                 errors += e
         return {"regions": regions, "errors": errors}
-
-    ver = closure_version(*code_roots(cfg.backend))
-    if inputs is None:
-        inputs = content_hash([[images[i]["captions"] for i in image_ids], scene_graphs,
-                               sorted((instances or {}).items()), sorted(by_official.items())])
-    return run_sharded(image_ids, cfg.shard_size, {"regions": out / "regions", "errors": out / "errors"}, shard,
-                       config=cfg, version=ver, progress=progress, only=only, finalize=finalize, reuse=reuse,
-                       inputs=inputs, replaces={"errors": only_stage("ground")})
 
 
 def _open_checked(path: Path, row: dict, load: bool):
@@ -156,16 +166,9 @@ def _grounder_works(grounder, like) -> bool:
     return True
 
 
-def read_instances(root: str | Path, splits: Iterable[str]) -> dict[int, list[dict]]:
-    """{image_id: its boxes} of the splits' ``instances_<split>2014.json``; an image id in two files is refused."""
-    from pipeline.captions import check_ids_across_files, read_coco_instances
+def read_instances(root: str | Path, splits: Iterable[str]):
+    """The splits' ``instances_<split>2014.json`` boxes as columns (``InstanceBoxes``, read as a stream); an image
+    id in two files is refused."""
+    from pipeline.grounding.instances import read_instance_boxes
 
-    out: dict[int, list[dict]] = {}
-    owner: dict[int, Path] = {}
-    for split in splits:
-        path = Path(root) / "annotations" / f"instances_{split}2014.json"
-        found = read_coco_instances(path)
-        check_ids_across_files(owner, found, path, "image id")
-        out.update(found)
-    return out
-
+    return read_instance_boxes(root, splits)
