@@ -78,7 +78,7 @@ def read_macco_tsv(path: str | Path, image_root: str | Path | None = None, split
     import json
 
     from pipeline.images import ImageSizes
-    from pipeline.sources import _add, _relative, csv_records
+    from pipeline.sources import add_tsv_row, csv_records
 
     path = Path(path)
     root = Path(image_root) if image_root else path.parent
@@ -91,12 +91,7 @@ def read_macco_tsv(path: str | Path, image_root: str | Path | None = None, split
         except ValueError as exc:
             out.errors.append(error_row(STAGE, i, "bad_official_row", f"{where}: {exc}"))
             continue
-        if not rec["filepath"]:
-            out.errors.append(error_row(STAGE, i, "missing_image", f"{where}: empty 'filepath'"))
-            continue
-        n = len(out.rows)
-        _add(out, images, i, _relative(rec["filepath"], root), rec["title"], split, where)
-        if len(out.rows) > n:  # a caption row was written: its annotations go with it
+        if add_tsv_row(out, images, i, rec, root, split, where):  # its annotations go with its caption row
             official.append({"caption_id": i, "objects": lists["object_list"], "relations": lists["relation_list"],
                              "attributes": lists["attribute_list"],
                              "relation_phrases": lists["relation_phrase_list"],

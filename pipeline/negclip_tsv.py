@@ -40,7 +40,7 @@ def _list_cell(value: str | None, column: str, kind: type):
 def read_negclip_tsv(path: str | Path, image_root: str | Path | None = None, split: str = "train") -> CaptionRead:
     """The file as a ``CaptionRead`` whose ``tables`` hold ``negative_captions`` and ``image_neighbours``."""
     from pipeline.images import ImageSizes
-    from pipeline.sources import _add, _relative, csv_records
+    from pipeline.sources import add_tsv_row, csv_records
 
     path = Path(path)
     root = Path(image_root) if image_root else path.parent
@@ -53,12 +53,7 @@ def read_negclip_tsv(path: str | Path, image_root: str | Path | None = None, spl
         except ValueError as exc:
             out.errors.append(error_row(STAGE, i, "bad_negclip_row", f"{where}: {exc}"))
             continue
-        if not rec["filepath"]:
-            out.errors.append(error_row(STAGE, i, "missing_image", f"{where}: empty 'filepath'"))
-            continue
-        n = len(out.rows)
-        _add(out, images, i, _relative(rec["filepath"], root), rec["title"], split, where)
-        if len(out.rows) > n:
+        if add_tsv_row(out, images, i, rec, root, split, where):
             given[i] = (where, negs, near)
     image_of = {r["caption_id"]: r["image_id"] for r in out.rows}
     neighbours = []

@@ -247,8 +247,9 @@ def delta_lines(name: str, table: dict, lines_: list[dict]) -> list[str]:
         out.append(f"| {header} | " + " | ".join(cells) + " |")
     tested = [h for c, h in table["columns"].items() if c in CASE_GROUPS]
     source = table["deltas"]["source"]  # a text, or its lines (paper_numbers.json ``format``)
-    return out + ["", "Quoted: " + (source if isinstance(source, str) else " ".join(source)) + " Ours: mean ± sd over the seed pairs, in "
-                  f"points; '-' where a run lacks the column or no delta was quoted. ▲/▼: the stacked run better/worse "
+    quoted = source if isinstance(source, str) else " ".join(source)
+    return out + ["", f"Quoted: {quoted} Ours: mean ± sd over the seed pairs, in points;"
+                  f" '-' where a run lacks the column or no delta was quoted. ▲/▼: the stacked run better/worse "
                   f"than its method in the case-level sign test over the same cases (seeds paired) at p < {ALPHA} "
                   f"after Holm's correction over the columns tested for that pair ({', '.join(tested)}: those of one "
                   "case group); each p raw and corrected is in `paper.json` (`deltas`)."]

@@ -68,6 +68,17 @@ def _add(out: CaptionRead, images: ImageSizes, caption_id: int, file_name: str, 
                      "split": split})
 
 
+def add_tsv_row(out: CaptionRead, images: ImageSizes, i: int, rec: dict, root: Path, split: str, where: str) -> bool:
+    """A training file's row (``filepath``, ``title``: MACCO's and NegCLIP's) as a caption row, or its error row;
+    True when a caption row was written (the row's own annotations then go with it)."""
+    if not rec["filepath"]:
+        out.errors.append(error_row(STAGE, i, "missing_image", f"{where}: empty 'filepath'"))
+        return False
+    n = len(out.rows)
+    _add(out, images, i, _relative(rec["filepath"], root), rec["title"], split, where)
+    return len(out.rows) > n
+
+
 def _relative(path_value: str, root: Path) -> str:
     """An image path as stored in the table: relative to the image root (absolute paths under it too)."""
     p = Path(path_value)

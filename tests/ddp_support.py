@@ -89,6 +89,16 @@ def worker(rank: int, world: int, init_file: str, cfgs: list[dict], out: str) ->
         torch.distributed.destroy_process_group()
 
 
+def two_process_steps(tmp: Path, cases: dict[str, dict]) -> dict[str, dict]:
+    """Each case's step on 2 gloo processes (one spawn for all: the processes' start dominates), rank 0's results
+    by case name."""
+    import torch.multiprocessing as mp
+
+    mp.start_processes(worker, args=(2, str(tmp / "init"), list(cases.values()), str(tmp / "rank0.pt")),
+                       nprocs=2, join=True, start_method="spawn")
+    return dict(zip(cases, torch.load(tmp / "rank0.pt", weights_only=True)))
+
+
 def accum_state(model, task, accum_steps: int, batch_size: int, world: int):
     """A TrainState for ``model.train_step.train_step``: the task's parameters under SGD at lr 0 (the gradients are what
     is compared), no loss scaling."""

@@ -148,15 +148,10 @@ DDP_CASES = {"negclip": {"mode": "negclip"}, "macco+ce-clip": {"mode": "macco+ce
 
 @pytest.fixture(scope="module")
 def two_process_steps(tmp_path_factory):
-    """Each case's step on 2 gloo processes (one spawn for both), as tests/unit/test_train.py's DDP cases."""
-    import torch.multiprocessing as mp
-
+    """Each case's step on 2 gloo processes, as tests/unit/test_train.py's DDP cases."""
     import ddp_support as ds
 
-    tmp = tmp_path_factory.mktemp("ddp")
-    mp.start_processes(ds.worker, args=(2, str(tmp / "init"), list(DDP_CASES.values()), str(tmp / "rank0.pt")),
-                       nprocs=2, join=True, start_method="spawn")
-    return dict(zip(DDP_CASES, torch.load(tmp / "rank0.pt", weights_only=True)))
+    return ds.two_process_steps(tmp_path_factory.mktemp("ddp"), DDP_CASES)
 
 
 @pytest.mark.parametrize("name", list(DDP_CASES))

@@ -576,11 +576,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def two_process_steps(tmp_path_factory):
-    """Every case's step on 2 gloo processes (one spawn for all: the processes' start dominates)."""
-    tmp = tmp_path_factory.mktemp("ddp")
-    mp.start_processes(ds.worker, args=(2, str(tmp / "init"), list(CASES.values()), str(tmp / "rank0.pt")),
-                       nprocs=2, join=True, start_method="spawn")
-    return dict(zip(CASES, torch.load(tmp / "rank0.pt", weights_only=True)))
+    return ds.two_process_steps(tmp_path_factory.mktemp("ddp"), CASES)
 
 
 @pytest.mark.parametrize("name", list(CASES))
