@@ -1,9 +1,10 @@
-"""The ground stage holds one shard's rows: its peak memory does not grow with the number of shards it grounds.
+"""pipeline/grounding/inputs.py: the ground stage holds one shard's rows: its peak memory does not grow with the number of shards it grounds.
 
 The same verb (``macco ground``: the record, ``ground_inputs``, ``ground_stage``) is run in a fresh process on the
 tables of 1 and of 8 shards of the same size (synthetic captions, scene graphs and COCO-style instance boxes with
 their polygons); the peak is the Python heap's (``tracemalloc``, started after the CLI's imports: the verb's own
-lazy imports count alike in both) plus Arrow's memory pool's. Before the stage read by shard (its inputs whole as Python rows) 8 shards took ≈ 30 MB more than 1.
+lazy imports count alike in both) plus Arrow's memory pool's. Before the stage read by shard (its inputs whole as
+Python rows) 8 shards took ≈ 30 MB more than 1.
 """
 from __future__ import annotations
 
