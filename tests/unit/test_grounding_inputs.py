@@ -1,4 +1,5 @@
-"""pipeline/grounding/inputs.py: the ground stage holds one shard's rows: its peak memory does not grow with the number of shards it grounds.
+"""pipeline/grounding/inputs.py: the ground stage holds one shard's rows, so its peak memory does not grow with the
+number of shards it grounds.
 
 The same verb (``macco ground``: the record, ``ground_inputs``, ``ground_stage``) is run in a fresh process on the
 tables of 1 and of 8 shards of the same size (synthetic captions, scene graphs and COCO-style instance boxes with
