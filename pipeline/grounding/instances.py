@@ -27,7 +27,7 @@ from data_schemas import InputFileError
 _CHUNK = 1 << 18
 _DECODER = json.JSONDecoder()
 _NON_SPACE = re.compile(r"\S")
-NO_CODE = -1
+NOT_GIVEN = -1
 
 
 class InstanceBoxes:
@@ -60,13 +60,13 @@ class InstanceBoxes:
             return list(default)
         return [{"box_xyxy": [float(v) for v in self.boxes[k]], "category": self.names[self.category[k]],
                  "attributes": {n: self.values[c[k]] for n, c in (("colour", self.colour), ("size", self.size))
-                                if c[k] != NO_CODE}} for k in range(lo, hi)]
+                                if c[k] != NOT_GIVEN}} for k in range(lo, hi)]
 
     def categories(self) -> set[str]:
         return {self.names[c] for c in np.unique(self.category)}
 
     def colours(self) -> set:
-        return {self.values[c] for c in np.unique(self.colour) if c != NO_CODE}
+        return {self.values[c] for c in np.unique(self.colour) if c != NOT_GIVEN}
 
     def fingerprint(self) -> str:
         """sha256 of the columns (a shard fingerprint's inputs when the caller has no key)."""
@@ -99,8 +99,8 @@ class _Columns:
         self.image_id.append(image_id)
         self.boxes.extend(float(v) for v in xyxy)
         self.category.append(category)
-        self.colour.append(self.code(attrs["colour"]) if "colour" in attrs else NO_CODE)
-        self.size.append(self.code(attrs["size"]) if "size" in attrs else NO_CODE)
+        self.colour.append(self.code(attrs["colour"]) if "colour" in attrs else NOT_GIVEN)
+        self.size.append(self.code(attrs["size"]) if "size" in attrs else NOT_GIVEN)
 
     def done(self) -> InstanceBoxes:
         return InstanceBoxes(np.array(self.image_id, dtype=np.int64),
@@ -155,7 +155,7 @@ def _read_file(path: Path, cols: _Columns) -> None:
             raise InputFileError(f"{path}: {where}: field 'bbox' must be 4 numbers [x, y, w, h], got {bbox!r}")
         cat_ids.extend((_require(value, "category_id", path, where, int), i))
         x, y, w, h = (float(v) for v in bbox)
-        cols.add(iid, [x, y, x + w, y + h], NO_CODE, value.get("attributes", {}))  # its code once categories are read
+        cols.add(iid, [x, y, x + w, y + h], NOT_GIVEN, value.get("attributes", {}))  # its code once categories are read
     for key in ("categories", "annotations"):
         if key not in seen_keys:
             _require({}, key, path, "top level", list)
