@@ -135,3 +135,15 @@ def to_rgb(img):
     else:
         a = a / 257
     return Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8)).convert("RGB")  # mode L
+
+
+def preprocessed(preprocess, paths) -> list:
+    """Each image of ``paths`` opened, made RGB (``to_rgb``) and put through ``preprocess`` (a model's transform),
+    in order: what the probes and the neighbour embeddings stack into a batch."""
+    from PIL import Image
+
+    out = []
+    for path in paths:
+        with Image.open(path) as im:
+            out.append(preprocess(to_rgb(im)))
+    return out

@@ -62,7 +62,7 @@ def descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for d in Path("/proc").glob("[0-9]*"):
         try:
-            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            ppid = int(_stat(d)[1])
         except (OSError, IndexError, ValueError):  # ended while being read
             continue
         children.setdefault(ppid, []).append(int(d.name))
@@ -97,7 +97,7 @@ def orphans() -> list[int]:
 
 def alive(pid: int) -> bool:
     try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = _stat(Path("/proc") / str(pid))[0]
     except (OSError, IndexError):
         return False
     return state != "Z"  # a zombie has ended (its parent, this process, has not waited for it)

@@ -54,19 +54,14 @@ def nearest_neighbours(features: torch.Tensor, k: int, rows_per_block: int = 256
 @torch.no_grad()
 def image_embeddings(model, preprocess, paths: list[Path], batch_size: int = 64, device: str = "cpu") -> torch.Tensor:
     """[N, E] image embeddings of ``paths`` by ``model`` (eval mode; the images through ``preprocess``)."""
-    from PIL import Image
-
-    from data_schemas.geometry import to_rgb
+    from data_schemas.geometry import preprocessed
 
     was_training = model.training
     model.eval()
     out = []
     try:
         for i in range(0, len(paths), batch_size):
-            ims = []
-            for path in paths[i:i + batch_size]:
-                with Image.open(path) as im:
-                    ims.append(preprocess(to_rgb(im)))
+            ims = preprocessed(preprocess, paths[i:i + batch_size])
             out.append(model.encode_image(torch.stack(ims).to(device)).float().cpu())
     finally:
         model.train(was_training)

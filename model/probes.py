@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from data_schemas.geometry import to_rgb
+from data_schemas.geometry import preprocessed
 
 from .probes_text import (_np, bigram_shift, bigram_shift_probe, direction_captions,  # noqa: F401 (API)
                           swap_captions, text_direction_probe, token_and_eot_features)
@@ -48,16 +48,11 @@ class ProbeConfig:
 def image_features(model, preprocess, paths: list[Path], batch_size: int = 256,
                    device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
     """(global embeddings [N, E], patch tokens flattened [N, P * E]) after the tower's projection."""
-    from PIL import Image
-
     from .masked import encode_image_tokens
 
     g, p = [], []
     for i in range(0, len(paths), batch_size):
-        ims = []
-        for path in paths[i:i + batch_size]:
-            with Image.open(path) as im:
-                ims.append(preprocess(to_rgb(im)))
+        ims = preprocessed(preprocess, paths[i:i + batch_size])
         glob, tok = encode_image_tokens(model.visual, torch.stack(ims).to(device))
         g.append(glob.float().cpu().numpy())
         p.append(tok.float().flatten(1).cpu().numpy())
@@ -167,8 +162,6 @@ def masked_word_accuracy(task, preprocess, rows: list[dict], image_paths: dict[i
     direction words and filler (``classes``: token id -> direction, ``model.probes_recon``) and, with
     ``train_rows`` (the training captions' token-mask rows), each beside the captions' image-free baseline
     (``image_free``: ``probes_recon.caption_baseline``, a frequency baseline, not a bound)."""
-    from PIL import Image
-
     from .probes_recon import breakdown, caption_baseline
 
     records: list[tuple[str, int, int]] = []
@@ -183,10 +176,7 @@ def masked_word_accuracy(task, preprocess, rows: list[dict], image_paths: dict[i
                 mask[k, j], kind[k, j] = True, 2
             for j in r["relation_idx"]:
                 mask[k, j], kind[k, j] = True, 1
-        ims = []
-        for r in chunk:
-            with Image.open(image_paths[r["image_id"]]) as im:
-                ims.append(preprocess(to_rgb(im)))
+        ims = preprocessed(preprocess, [image_paths[r["image_id"]] for r in chunk])
         pred = task.predicted_words(torch.stack(ims).to(device), texts, mask)
         records += [("relation" if k == 1 else "attribute", int(t), int(p))
                     for k, t, p in zip(kind[mask].tolist(), texts[mask].tolist(), pred.tolist())]
